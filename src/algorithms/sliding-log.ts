@@ -1,0 +1,109 @@
+import type { Algorithm, CheckArgs, MemoryResult } from './types';
+import { LUA_PRELUDE, longestWindow } from './prelude';
+
+/**
+ * Sliding log: exact. Every counted unit is one sorted-set member scored by its time;
+ * a tier counts the members newer than `now - window`. Memory grows with the limit,
+ * so it suits billing-grade accuracy or small limits.
+ *
+ * Storage: one sorted set per identifier shared by all tiers, trimmed to the longest
+ * window on every counting check and expiring one longest window after the last one.
+ * Members are `"time:sequence"` so requests in the same millisecond stay distinct; the
+ * sequence lives in the same set as the member `#`, at a negative score that no
+ * window range ever reaches.
+ */
+
+/** Timestamps of counted units, ascending (one entry per unit of cost). */
+export type SlidingLogState = number[];
+
+/** Members added per ZADD, well inside Lua's stack limit for `unpack`. */
+const ZADD_BATCH = 500;
+
+const LUA = `${LUA_PRELUDE}
+local key = KEYS[1]
+if not dry then redis.call('ZREMRANGEBYSCORE', key, 0, now - longest) end
+local function lower(window)
+  if now - window < 0 then return 0 end
+  return '(' .. (now - window)
+end
+local counts = {}
+local allowed = 1
+for i = 1, tiers do
+  counts[i] = redis.call('ZCOUNT', key, lower(windows[i]), '+inf')
+  if counts[i] + cost > limits[i] then allowed = 0 end
+end
+if allowed == 1 and cost > 0 and not dry then
+  local last = -tonumber(redis.call('ZINCRBY', key, -cost, '#'))
+  local first = last - cost + 1
+  while first <= last do
+    local args = {}
+    local stop = math.min(last, first + ${ZADD_BATCH - 1})
+    for sequence = first, stop do
+      args[#args + 1] = now
+      args[#args + 1] = string.format('%d:%d', now, sequence)
+    end
+    redis.call('ZADD', key, unpack(args))
+    first = stop + 1
+  end
+  for i = 1, tiers do counts[i] = counts[i] + cost end
+  redis.call('PEXPIRE', key, longest)
+end
+local reply = { allowed, now }
+for i = 1, tiers do
+  local wait = 0
+  local excess = counts[i] + cost - limits[i]
+  if excess > 0 then
+    local oldest = redis.call('ZRANGEBYSCORE', key, lower(windows[i]), '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
+    wait = tonumber(oldest[2]) + windows[i] - now
+  end
+  reply[#reply + 1] = counts[i]
+  reply[#reply + 1] = 1
+  reply[#reply + 1] = wait
+end
+return reply
+`;
+
+/** Index of the first entry of the ascending `log` greater than `value`. */
+function firstAbove(log: readonly number[], value: number): number {
+  let low = 0;
+  let high = log.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (log[middle] > value) high = middle;
+    else low = middle + 1;
+  }
+  return low;
+}
+
+function apply(state: SlidingLogState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<SlidingLogState> {
+  const longest = longestWindow(tiers);
+  let log: readonly number[] = state ?? [];
+  if (!dryRun) {
+    const trimmed = firstAbove(log, now - longest);
+    if (trimmed > 0) log = log.slice(trimmed);
+  }
+  const count = tiers.length;
+  const counts = new Array<number>(count);
+  let allowed = 1;
+  for (let i = 0; i < count; i++) {
+    counts[i] = log.length - firstAbove(log, now - tiers[i].window);
+    if (counts[i] + cost > tiers[i].limit) allowed = 0;
+  }
+  let changed = log !== state;
+  if (allowed === 1 && cost > 0 && !dryRun) {
+    const at = firstAbove(log, now);
+    log = [...log.slice(0, at), ...new Array<number>(cost).fill(now), ...log.slice(at)];
+    for (let i = 0; i < count; i++) counts[i] += cost;
+    changed = true;
+  }
+  const reply: number[] = [allowed, now];
+  for (let i = 0; i < count; i++) {
+    const excess = counts[i] + cost - tiers[i].limit;
+    const wait = excess > 0 ? log[firstAbove(log, now - tiers[i].window) + excess - 1] + tiers[i].window - now : 0;
+    reply.push(counts[i], 1, wait);
+  }
+  const next = log.length === 0 ? undefined : (log as SlidingLogState);
+  return { reply, state: changed ? next : state, expiresAt: now + longest };
+}
+
+export const slidingLog: Algorithm<SlidingLogState> = { name: 'sliding-log', lua: LUA, apply };

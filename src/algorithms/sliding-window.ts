@@ -1,0 +1,143 @@
+import type { Algorithm, CheckArgs, MemoryResult } from './types';
+import { LUA_PRELUDE, longestWindow } from './prelude';
+
+/**
+ * Sliding window counter.
+ *
+ * Per tier, the count of the current fixed window (`current`) and of the one before
+ * (`previous`); with `elapsed = now mod window` the estimate is
+ * `current + previous * (window - elapsed) / window`. A request of cost `c` is allowed
+ * iff `estimate + c <= limit`, and a denied request counts nothing. Every comparison
+ * is done multiplied by `window`, in integers, so Lua and TypeScript agree exactly.
+ *
+ * Storage: one string key per identifier, all tiers packed as
+ * `"index:current:previous"` separated by spaces (index = floor(now / window)),
+ * expiring after twice the longest window so the previous window stays readable.
+ * One key per identifier is also what keeps it Redis Cluster safe.
+ */
+
+/** Per tier: [windowIndex, current, previous], flattened. */
+export type SlidingWindowState = number[];
+
+const LUA_WAIT = `
+local function wait(current, previous, elapsed, limit, window, cost)
+  if (current + cost) * window + previous * (window - elapsed) <= limit * window then return 0 end
+  local room = limit - cost - current
+  if room >= 0 and previous > 0 then
+    local at = window - math.floor(room * window / previous)
+    if previous * (window - at) > room * window then at = at + 1 end
+    if at < window then return at - elapsed end
+  end
+  room = limit - cost
+  if current <= room then return window - elapsed end
+  local at = window - math.floor(room * window / current)
+  if current * (window - at) > room * window then at = at + 1 end
+  if at < window then return window - elapsed + at end
+  return 2 * window - elapsed
+end
+`;
+
+/**
+ * Milliseconds until a request of `cost` fits, assuming nothing else is counted:
+ * first inside the current window (the previous window's weight decays), else in the
+ * next one (current becomes previous), else in the one after (both are empty).
+ */
+export function slidingWait(current: number, previous: number, elapsed: number, limit: number, window: number, cost: number): number {
+  if ((current + cost) * window + previous * (window - elapsed) <= limit * window) return 0;
+  let room = limit - cost - current;
+  if (room >= 0 && previous > 0) {
+    let at = window - Math.floor((room * window) / previous);
+    if (previous * (window - at) > room * window) at += 1;
+    if (at < window) return at - elapsed;
+  }
+  room = limit - cost;
+  if (current <= room) return window - elapsed;
+  let at = window - Math.floor((room * window) / current);
+  if (current * (window - at) > room * window) at += 1;
+  if (at < window) return window - elapsed + at;
+  return 2 * window - elapsed;
+}
+
+const LUA = `${LUA_PRELUDE}${LUA_WAIT}
+local saved = {}
+local value = redis.call('GET', KEYS[1])
+if value then
+  for number in string.gmatch(value, '%d+') do saved[#saved + 1] = tonumber(number) end
+end
+local current, previous, elapsed = {}, {}, {}
+local allowed = 1
+for i = 1, tiers do
+  local window = windows[i]
+  local index = math.floor(now / window)
+  local c, p = 0, 0
+  local savedIndex = saved[3 * i - 2]
+  if savedIndex == index then
+    c, p = saved[3 * i - 1], saved[3 * i]
+  elseif savedIndex == index - 1 then
+    p = saved[3 * i - 1]
+  end
+  current[i], previous[i], elapsed[i] = c, p, now - index * window
+  if (c + cost) * window + p * (window - elapsed[i]) > limits[i] * window then allowed = 0 end
+end
+if allowed == 1 and cost > 0 and not dry then
+  local parts = {}
+  for i = 1, tiers do
+    current[i] = current[i] + cost
+    parts[i] = string.format('%d:%d:%d', math.floor(now / windows[i]), current[i], previous[i])
+  end
+  redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', 2 * longest)
+end
+local reply = { allowed, now }
+for i = 1, tiers do
+  local window = windows[i]
+  reply[#reply + 1] = current[i] * window + previous[i] * (window - elapsed[i])
+  reply[#reply + 1] = window
+  reply[#reply + 1] = wait(current[i], previous[i], elapsed[i], limits[i], window, cost)
+end
+return reply
+`;
+
+function apply(state: SlidingWindowState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<SlidingWindowState> {
+  const count = tiers.length;
+  const current = new Array<number>(count);
+  const previous = new Array<number>(count);
+  const elapsed = new Array<number>(count);
+  let allowed = 1;
+  for (let i = 0; i < count; i++) {
+    const { limit, window } = tiers[i];
+    const index = Math.floor(now / window);
+    let c = 0;
+    let p = 0;
+    const savedIndex = state?.[3 * i];
+    if (savedIndex === index) {
+      c = state![3 * i + 1];
+      p = state![3 * i + 2];
+    } else if (savedIndex === index - 1) {
+      p = state![3 * i + 1];
+    }
+    current[i] = c;
+    previous[i] = p;
+    elapsed[i] = now - index * window;
+    if ((c + cost) * window + p * (window - elapsed[i]) > limit * window) allowed = 0;
+  }
+  let next = state;
+  let expiresAt = Infinity;
+  if (allowed === 1 && cost > 0 && !dryRun) {
+    next = new Array<number>(3 * count);
+    for (let i = 0; i < count; i++) {
+      current[i] += cost;
+      next[3 * i] = Math.floor(now / tiers[i].window);
+      next[3 * i + 1] = current[i];
+      next[3 * i + 2] = previous[i];
+    }
+    expiresAt = now + 2 * longestWindow(tiers);
+  }
+  const reply: number[] = [allowed, now];
+  for (let i = 0; i < count; i++) {
+    const { limit, window } = tiers[i];
+    reply.push(current[i] * window + previous[i] * (window - elapsed[i]), window, slidingWait(current[i], previous[i], elapsed[i], limit, window, cost));
+  }
+  return { reply, state: next, expiresAt };
+}
+
+export const slidingWindow: Algorithm<SlidingWindowState> = { name: 'sliding-window', lua: LUA, apply };

@@ -1,0 +1,46 @@
+import type { Decision } from './limiter';
+
+interface Denial {
+  decision: Decision;
+  /** Local epoch ms at which the denial was made. */
+  at: number;
+  /** Local epoch ms until which the identifier stays denied. */
+  until: number;
+}
+
+/**
+ * Remembers denied identifiers until the moment they can be allowed again, so a flood
+ * from one identifier costs no store round trip after its first denial.
+ *
+ * Exact for every algorithm here: while an identifier is denied no process can count
+ * for it, so its estimate only falls with time, and counts added elsewhere only make
+ * the denial truer. A denial for cost `c` is reused only for requests of cost `>= c`.
+ * Bounded: least recently denied first out.
+ */
+export class DenyCache {
+  private readonly denials = new Map<string, Denial>();
+
+  constructor(private readonly capacity: number) {}
+
+  get(key: string, cost: number, now: number): Decision | undefined {
+    const denial = this.denials.get(key);
+    if (denial === undefined) return undefined;
+    if (now >= denial.until) {
+      this.denials.delete(key);
+      return undefined;
+    }
+    if (cost < denial.decision.cost) return undefined;
+    const { decision } = denial;
+    return { ...decision, now: decision.now + (now - denial.at), retryAfterMs: denial.until - now, cached: true };
+  }
+
+  remember(key: string, decision: Decision, now: number): void {
+    this.denials.delete(key);
+    this.denials.set(key, { decision, at: now, until: now + decision.retryAfterMs });
+    if (this.denials.size > this.capacity) this.denials.delete(this.denials.keys().next().value!);
+  }
+
+  delete(key: string): void {
+    this.denials.delete(key);
+  }
+}

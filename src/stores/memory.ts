@@ -1,0 +1,104 @@
+import type { Algorithm, RawReply } from '../algorithms/types';
+import { nonNegativeInteger, positiveInteger, rejectUnknownKeys } from '../options';
+import type { Store, StoreCheck } from './types';
+
+/** Options of {@link MemoryStore}. */
+export interface MemoryStoreOptions {
+  /**
+   * Most identifiers kept at once. Past it, the least recently used identifier is
+   * forgotten (and so starts again from a full quota). Default `100_000`.
+   */
+  maxKeys?: number;
+  /**
+   * How often expired entries are swept, in milliseconds; `0` disables the timer (expired
+   * entries are then dropped only when read or evicted). Default `1000`. The timer never
+   * keeps the process alive.
+   */
+  sweepIntervalMs?: number;
+}
+
+interface Entry {
+  state: unknown;
+  expiresAt: number;
+}
+
+const OPTIONS = new Set(['maxKeys', 'sweepIntervalMs']);
+/** Entries examined per sweep tick, so a sweep never stalls the event loop. */
+const SWEEP_BATCH = 10_000;
+
+/**
+ * Keeps rate-limit state in this process: for one process, tests, or as a fallback.
+ * It runs each algorithm's TypeScript twin, which decides exactly as the Redis script
+ * does. Memory is bounded by `maxKeys` (least recently used first out) and expired
+ * entries are swept incrementally in the background.
+ */
+export class MemoryStore implements Store {
+  readonly needsTimeout = false;
+  readonly maxKeys: number;
+  /** Insertion order is recency order: every access moves its entry to the end. */
+  private readonly entries = new Map<string, Entry>();
+  private sweeper: IterableIterator<[string, Entry]> | undefined;
+  /** The latest time a check ran at: sweeping by it keeps injected clocks consistent. */
+  private lastNow = 0;
+  private readonly timer: NodeJS.Timeout | undefined;
+
+  constructor(options: MemoryStoreOptions = {}) {
+    if (options === null || typeof options !== 'object') throw new TypeError('MemoryStore: expected an options object');
+    rejectUnknownKeys(options, OPTIONS, 'MemoryStore');
+    this.maxKeys = options.maxKeys === undefined ? 100_000 : positiveInteger(options.maxKeys, 'maxKeys');
+    const sweepIntervalMs = options.sweepIntervalMs === undefined ? 1_000 : nonNegativeInteger(options.sweepIntervalMs, 'sweepIntervalMs');
+    if (sweepIntervalMs > 0) {
+      this.timer = setInterval(() => this.sweep(this.lastNow), sweepIntervalMs);
+      this.timer.unref();
+    }
+  }
+
+  /** Number of identifiers currently held. */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  check(algorithm: Algorithm, key: string, { now, cost, dryRun, tiers }: StoreCheck): Promise<RawReply> {
+    const at = now === undefined ? Date.now() : now;
+    if (at > this.lastNow) this.lastNow = at;
+    let entry = this.entries.get(key);
+    if (entry !== undefined) {
+      this.entries.delete(key);
+      if (entry.expiresAt <= at) entry = undefined;
+    }
+    const result = algorithm.apply(entry?.state, { now: at, cost, dryRun, tiers });
+    if (entry !== undefined && result.state === entry.state) {
+      this.entries.set(key, entry);
+    } else if (result.state !== undefined) {
+      this.entries.set(key, { state: result.state, expiresAt: result.expiresAt });
+      if (this.entries.size > this.maxKeys) this.entries.delete(this.entries.keys().next().value!);
+    }
+    return Promise.resolve(result.reply);
+  }
+
+  reset(key: string): Promise<void> {
+    this.entries.delete(key);
+    return Promise.resolve();
+  }
+
+  /** Drops expired entries, examining at most a batch per call and resuming where it stopped. */
+  sweep(now: number): void {
+    this.sweeper ??= this.entries.entries();
+    for (let seen = 0; seen < SWEEP_BATCH; seen++) {
+      const next = this.sweeper.next();
+      if (next.done) {
+        this.sweeper = undefined;
+        return;
+      }
+      const [key, entry] = next.value;
+      if (entry.expiresAt <= now) this.entries.delete(key);
+    }
+  }
+
+  /** Stops the sweep timer and forgets everything. */
+  shutdown(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.entries.clear();
+    this.sweeper = undefined;
+  }
+}

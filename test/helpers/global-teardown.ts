@@ -1,0 +1,4 @@
+export default async function globalTeardown(): Promise<void> {
+  const stops = (globalThis as { __redisStops?: (() => Promise<void>)[] }).__redisStops ?? [];
+  await Promise.all(stops.map((stop) => stop()));
+}

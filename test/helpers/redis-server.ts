@@ -1,0 +1,127 @@
+/**
+ * Starts real redis-server processes for tests on free loopback ports, in
+ * throw-away directories: a standalone server, or a Redis Cluster of masters joined
+ * with `redis-cli --cluster create`.
+ */
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+export interface RedisProcess {
+  readonly port: number;
+  readonly url: string;
+  /** SIGKILL, as a crash would. */
+  kill(): Promise<void>;
+  /** Starts the server again on the same port (after `kill`). */
+  restart(): Promise<void>;
+  /** Stops the server and removes its directory. */
+  stop(): Promise<void>;
+}
+
+/** A port nothing listens on right now. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function waitForPort(port: number, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  return new Promise((resolve, reject) => {
+    const attempt = (): void => {
+      const socket = new Socket();
+      socket.once('connect', () => {
+        socket.destroy();
+        resolve();
+      });
+      socket.once('error', () => {
+        socket.destroy();
+        if (Date.now() > deadline) reject(new Error(`redis-server did not listen on ${port}`));
+        else setTimeout(attempt, 20);
+      });
+      socket.connect(port, '127.0.0.1');
+    };
+    attempt();
+  });
+}
+
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
+/** Starts one redis-server; `extraArgs` are passed as command-line config (e.g. `['--cluster-enabled', 'yes']`). */
+export async function startRedis(extraArgs: string[] = []): Promise<RedisProcess> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'swl-redis-'));
+  let child: ChildProcess;
+  const launch = async (): Promise<void> => {
+    child = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs],
+      { stdio: 'ignore' },
+    );
+    child.unref();
+    await waitForPort(port);
+  };
+  await launch();
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    async kill() {
+      child.kill('SIGKILL');
+      await exited(child);
+    },
+    async restart() {
+      await launch();
+    },
+    async stop() {
+      child.kill('SIGKILL');
+      await exited(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface RedisCluster {
+  readonly nodes: RedisProcess[];
+  readonly startupNodes: { host: string; port: number }[];
+  stop(): Promise<void>;
+}
+
+/** Starts `masters` cluster-enabled servers and joins them into one cluster with all 16384 slots covered. */
+export async function startCluster(masters = 3): Promise<RedisCluster> {
+  const nodes = await Promise.all(
+    Array.from({ length: masters }, () => startRedis(['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000'])),
+  );
+  const addresses = nodes.map((node) => `127.0.0.1:${node.port}`);
+  await run('redis-cli', ['--cluster', 'create', ...addresses, '--cluster-replicas', '0', '--cluster-yes']);
+  // Wait until every node agrees the cluster is up.
+  const deadline = Date.now() + 20_000;
+  for (const node of nodes) {
+    for (;;) {
+      const { stdout } = await run('redis-cli', ['-p', String(node.port), 'cluster', 'info']);
+      if (stdout.includes('cluster_state:ok')) break;
+      if (Date.now() > deadline) throw new Error(`cluster did not become ok on ${node.port}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+  return {
+    nodes,
+    startupNodes: nodes.map((node) => ({ host: '127.0.0.1', port: node.port })),
+    async stop() {
+      await Promise.all(nodes.map((node) => node.stop()));
+    },
+  };
+}
