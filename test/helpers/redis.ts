@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { Cluster, Redis } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
 
 /** A client of the run's standalone server (see global-setup). Close it in afterAll. */
-export function redisClient(options: ConstructorParameters<typeof Redis>[1] = {}): Redis {
+export function redisClient(options: RedisOptions = {}): Redis {
   const url = process.env.REDIS_URL;
   if (!url) throw new Error('REDIS_URL is not set: run the tests through jest so global-setup starts redis-server');
   return new Redis(url, options);

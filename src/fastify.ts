@@ -1,0 +1,141 @@
+/**
+ * Fastify plugin (Fastify 5), built with fastify-plugin so it applies to the routes of
+ * the context it is registered in and of its children.
+ *
+ * @example
+ * import { rateLimitPlugin, byIp } from 'sliding-window-limiter/fastify';
+ * await app.register(rateLimitPlugin, { store, limit: 100, window: '1m', identify: byIp() });
+ * app.get('/search', { config: { rateLimit: { limit: 10, window: '1s' } } }, search);
+ * app.get('/health', { config: { rateLimit: false } }, health);
+ */
+import type { FastifyPluginCallback, FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler, RouteOptions } from 'fastify';
+import fp from 'fastify-plugin';
+import { COUNTING_OPTIONS, HTTP_OPTIONS, HttpLimiter, type HttpOptions, type Outcome, SERVICE_UNAVAILABLE, createHttpLimiter } from './http';
+import type { Limiter } from './limiter';
+import { describe, rejectUnknownKeys } from './options';
+
+/** Per-route settings in `config.rateLimit`: any shared HTTP option, overriding the plugin's. */
+export type RouteRateLimitOptions = HttpOptions<FastifyRequest>;
+
+/** Options of {@link rateLimitPlugin}: the shared HTTP options, plus `global`. */
+export interface FastifyRateLimitOptions extends HttpOptions<FastifyRequest> {
+  /**
+   * `true` (default): every route is limited unless its `config.rateLimit` is `false`.
+   * `false`: only routes with a `config.rateLimit` object are limited.
+   */
+  global?: boolean;
+}
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * Rate limiting of this route: `false` to exempt it, or options overriding the
+     * plugin's. A route that changes how counting is done (limit, window, limits,
+     * algorithm, store, prefix...) counts in its own key space, `<prefix>:<METHOD>:<url>`
+     * unless it names its own prefix.
+     */
+    rateLimit?: RouteRateLimitOptions | false;
+  }
+  interface FastifyInstance {
+    /** The limiter of the plugin's own (non-route) settings, for `reset()` and `peek()`. */
+    rateLimiter: Limiter;
+  }
+}
+
+const PLUGIN_OPTIONS: ReadonlySet<string> = new Set([...HTTP_OPTIONS, 'global']);
+
+function setHeader(reply: FastifyReply, name: string, value: string): void {
+  reply.header(name, value);
+}
+
+function onRequestHook(http: HttpLimiter<FastifyRequest>): onRequestHookHandler {
+  function respond(outcome: Outcome, reply: FastifyReply, done: HookHandlerDoneFunction): void {
+    switch (outcome.kind) {
+      case 'skip':
+      case 'fail-open':
+        return done();
+      case 'allow':
+        http.setHeaders(outcome, reply, setHeader);
+        return done();
+      case 'deny': {
+        http.setHeaders(outcome, reply, setHeader);
+        const { statusCode, body } = outcome.denial;
+        reply.code(statusCode);
+        if (typeof body === 'string') reply.type('text/plain; charset=utf-8');
+        reply.send(body);
+        return;
+      }
+      case 'fail-closed':
+        reply.code(503).send(SERVICE_UNAVAILABLE);
+        return;
+    }
+  }
+
+  return function rateLimitHook(request, reply, done) {
+    let outcome: Outcome | Promise<Outcome>;
+    try {
+      outcome = http.evaluate(request);
+    } catch (error) {
+      return done(error as Error);
+    }
+    if (outcome instanceof Promise) {
+      outcome.then((settled) => respond(settled, reply, done)).catch(done);
+    } else {
+      respond(outcome, reply, done);
+    }
+  };
+}
+
+/** The plugin's options with a route's overrides applied; tier options replace each other as a group. */
+function routeOptions(base: RouteRateLimitOptions, route: RouteRateLimitOptions, routeKey: string, baseLimiter: Limiter): RouteRateLimitOptions {
+  // The plugin's store object itself, so routes share its counts (and a default MemoryStore).
+  const merged: Record<string, unknown> = { ...base, store: baseLimiter.store };
+  if (route.limits !== undefined) {
+    delete merged.limit;
+    delete merged.window;
+  } else if (route.limit !== undefined || route.window !== undefined) {
+    delete merged.limits;
+  }
+  Object.assign(merged, route);
+  const ownKeySpace = COUNTING_OPTIONS.some((key) => (route as Record<string, unknown>)[key] !== undefined);
+  if (ownKeySpace && route.prefix === undefined) {
+    merged.prefix = `${base.prefix ?? 'rl'}:${routeKey.replace(/[{}\s]/g, '_')}`;
+  }
+  return merged as RouteRateLimitOptions;
+}
+
+const plugin: FastifyPluginCallback<FastifyRateLimitOptions> = (fastify, options, done) => {
+  const { global = true, ...shared } = options;
+  if (typeof global !== 'boolean') throw new TypeError(`global: must be true or false, got ${describe(global)}`);
+  const base = createHttpLimiter<FastifyRequest>(shared, PLUGIN_OPTIONS, 'rateLimitPlugin');
+  fastify.decorate('rateLimiter', base.limiter);
+
+  fastify.addHook('onRoute', (route: RouteOptions) => {
+    const config = route.config?.rateLimit;
+    if (config === false || (config === undefined && !global)) return;
+    let http = base;
+    if (config !== undefined) {
+      if (config === null || typeof config !== 'object') {
+        throw new TypeError(`config.rateLimit of ${route.method} ${route.url}: must be an options object or false, got ${describe(config)}`);
+      }
+      rejectUnknownKeys(config, HTTP_OPTIONS, `config.rateLimit of ${route.method} ${route.url}`);
+      const method = Array.isArray(route.method) ? route.method.join(',') : route.method;
+      http = new HttpLimiter<FastifyRequest>(routeOptions(shared, config, `${method}:${route.url}`, base.limiter));
+    }
+    const hook = onRequestHook(http);
+    const existing = route.onRequest;
+    route.onRequest = existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing as onRequestHookHandler, hook];
+  });
+  done();
+};
+
+/** The rate-limit plugin for Fastify 5. Register it before the routes it should limit. */
+export const rateLimitPlugin = fp(plugin, { fastify: '5.x', name: 'sliding-window-limiter' });
+export default rateLimitPlugin;
+
+export { byApiKey, byIp, byUser, ANONYMOUS } from './identify';
+export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption } from './identify';
+export { RedisStore, StoreUnavailableError } from './stores/redis';
+export { MemoryStore } from './stores/memory';
+export type { Decision, Limiter } from './limiter';
+export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './headers';

@@ -1,0 +1,160 @@
+import { createHash } from 'node:crypto';
+import { isIP } from 'node:net';
+import { describe, rejectUnknownKeys } from './options';
+
+/** The parts of an Express `Request` or Fastify `FastifyRequest` the built-in identifiers read. */
+export interface RequestLike {
+  ip?: string;
+  headers: Record<string, string | string[] | undefined>;
+  socket?: { remoteAddress?: string };
+}
+
+/**
+ * Finds who a request counts against. Returns the identifier, or nothing (`undefined`,
+ * `null`, `''`) when it cannot tell, in which case the next identifier in a list is tried.
+ */
+export type Identify<Req = RequestLike> = (request: Req) => string | number | undefined | null;
+
+/** One identifier function, or a list tried in order: the first non-empty answer wins. */
+export type IdentifyOption<Req = RequestLike> = Identify<Req> | readonly Identify<Req>[];
+
+/** The identifier of requests no identifier function could place. They share one quota. */
+export const ANONYMOUS = 'anonymous';
+
+/** Options of {@link byIp}. */
+export interface ByIpOptions {
+  /**
+   * IPv6 addresses are reduced to this prefix length, so one host cannot escape its limit
+   * by rotating through the addresses of its allocation (commonly a /56 or /64). A number
+   * from 1 to 128, or `false` to use full addresses. Default `56`.
+   */
+  ipv6Subnet?: number | false;
+}
+
+/**
+ * Identifies a request by client IP: the framework's `request.ip`, which honours the
+ * app's `trust proxy` (Express) or `trustProxy` (Fastify) setting and is never read from
+ * headers by this package. IPv4 addresses, including IPv4-mapped IPv6 such as
+ * `::ffff:203.0.113.7`, are used as they are; other IPv6 addresses are masked to
+ * `ipv6Subnet`. Identifiers look like `ip:203.0.113.7` or `ip:2001:db8:0:1200::/56`.
+ */
+export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
+  rejectUnknownKeys(options, new Set(['ipv6Subnet']), 'byIp');
+  const subnet = options.ipv6Subnet ?? 56;
+  if (subnet !== false && (typeof subnet !== 'number' || !Number.isInteger(subnet) || subnet < 1 || subnet > 128)) {
+    throw new TypeError(`ipv6Subnet: must be an integer from 1 to 128 or false, got ${describe(subnet)}`);
+  }
+  return function identifyByIp(request) {
+    const ip = request.ip ?? request.socket?.remoteAddress;
+    if (!ip) return undefined;
+    return `ip:${normalizeIp(ip, subnet)}`;
+  };
+}
+
+/**
+ * Identifies a request by its authenticated user: `userId(request)` returns the user's
+ * id, or nothing for anonymous requests. Identifiers look like `user:42`.
+ *
+ * @example byUser((req) => req.user?.id)
+ */
+export function byUser<Req = RequestLike>(userId: (request: Req) => string | number | undefined | null): Identify<Req> {
+  if (typeof userId !== 'function') throw new TypeError(`byUser: expected a function returning the user id, got ${describe(userId)}`);
+  return function identifyByUser(request) {
+    const id = userId(request);
+    return id === undefined || id === null || id === '' ? undefined : `user:${id}`;
+  };
+}
+
+/** Options of {@link byApiKey}. */
+export interface ByApiKeyOptions {
+  /** The request header holding the key. Default `'x-api-key'`. */
+  header?: string;
+}
+
+/**
+ * Identifies a request by the API key in a header. The key is hashed (SHA-256,
+ * shortened to 128 bits) before it becomes part of a store key, so Redis never holds
+ * credentials. Identifiers look like `key:9f86d081884c7d659a2feaa0c55ad015`.
+ */
+export function byApiKey(options: ByApiKeyOptions = {}): Identify<RequestLike> {
+  rejectUnknownKeys(options, new Set(['header']), 'byApiKey');
+  const header = options.header ?? 'x-api-key';
+  if (typeof header !== 'string' || header.length === 0) throw new TypeError(`header: must be a header name, got ${describe(header)}`);
+  const name = header.toLowerCase();
+  return function identifyByApiKey(request) {
+    let key = request.headers[name];
+    if (Array.isArray(key)) key = key[0];
+    if (!key) return undefined;
+    return `key:${createHash('sha256').update(key).digest('hex').slice(0, 32)}`;
+  };
+}
+
+/**
+ * Turns the `identify` option into one function that always returns an identifier:
+ * lists are tried in order, and a request nothing identifies counts as {@link ANONYMOUS}.
+ */
+export function resolveIdentify<Req>(option: IdentifyOption<Req> | undefined, fallback: Identify<Req>): (request: Req) => string {
+  const list: readonly Identify<Req>[] = option === undefined ? [fallback] : Array.isArray(option) ? option : [option as Identify<Req>];
+  if (list.length === 0 || list.some((fn) => typeof fn !== 'function')) {
+    throw new TypeError('identify: must be a function or a non-empty array of functions (e.g. byIp(), byUser(fn), byApiKey())');
+  }
+  if (list.length === 1) {
+    const only = list[0];
+    return (request) => present(only(request)) ?? ANONYMOUS;
+  }
+  return (request) => {
+    for (const identify of list) {
+      const id = present(identify(request));
+      if (id !== undefined) return id;
+    }
+    return ANONYMOUS;
+  };
+}
+
+function present(id: string | number | undefined | null): string | undefined {
+  if (id === undefined || id === null || id === '') return undefined;
+  return typeof id === 'string' ? id : String(id);
+}
+
+/** IPv4 as is (also when IPv4-mapped in IPv6); IPv6 masked to `subnet` bits and written as `prefix::/subnet`. */
+export function normalizeIp(ip: string, subnet: number | false): string {
+  const version = isIP(ip);
+  if (version === 4) return ip;
+  if (version !== 6) {
+    const zone = ip.indexOf('%');
+    // A zone id (fe80::1%eth0) is not part of the address.
+    return zone > 0 && isIP(ip.slice(0, zone)) === 6 ? normalizeIp(ip.slice(0, zone), subnet) : ip;
+  }
+  const words = ipv6Words(ip);
+  // ::ffff:a.b.c.d, however written, is an IPv4 client seen by a dual-stack socket: unmap it first,
+  // or every IPv4 client would share one IPv6 subnet.
+  if (words[0] === 0 && words[1] === 0 && words[2] === 0 && words[3] === 0 && words[4] === 0 && words[5] === 0xffff) {
+    return `${words[6] >> 8}.${words[6] & 0xff}.${words[7] >> 8}.${words[7] & 0xff}`;
+  }
+  if (subnet === false) return words.map((word) => word.toString(16)).join(':');
+  const kept: string[] = [];
+  for (let i = 0; i * 16 < subnet; i++) {
+    const bits = Math.min(16, subnet - i * 16);
+    kept.push((words[i] & (0xffff << (16 - bits)) & 0xffff).toString(16));
+  }
+  return `${kept.join(':')}${kept.length < 8 ? '::' : ''}/${subnet}`;
+}
+
+/** The eight 16-bit words of a valid IPv6 address (as accepted by `net.isIP`). */
+function ipv6Words(ip: string): number[] {
+  let text = ip.toLowerCase();
+  const tail: number[] = [];
+  const lastColon = text.lastIndexOf(':');
+  if (text.includes('.', lastColon)) {
+    const octets = text.slice(lastColon + 1).split('.').map(Number);
+    tail.push((octets[0] << 8) | octets[1], (octets[2] << 8) | octets[3]);
+    text = text.slice(0, lastColon + 1) + '0:0';
+  }
+  const [head, rest] = text.split('::');
+  const parse = (part: string | undefined): number[] => (part ? part.split(':').map((word) => parseInt(word, 16)) : []);
+  const front = parse(head);
+  const back = rest === undefined ? [] : parse(rest);
+  const words = rest === undefined ? front : [...front, ...new Array<number>(8 - front.length - back.length).fill(0), ...back];
+  if (tail.length > 0) words.splice(6, 2, ...tail);
+  return words;
+}
