@@ -7,3 +7,6 @@ export type { MemoryStoreOptions } from './stores/memory';
 export type { Store, StoreCheck } from './stores/types';
 export type { Algorithm, AlgorithmName, RawReply, Tier } from './algorithms/types';
 export type { Duration } from './options';
+export { ANONYMOUS, byApiKey, byIp, byUser } from './identify';
+export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption, RequestLike } from './identify';
+export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './headers';
