@@ -76,7 +76,6 @@ export function rateLimit(options: ExpressRateLimitOptions = {}): RateLimitMiddl
   return middleware;
 }
 
-export default rateLimit;
 export { byApiKey, byIp, byUser, ANONYMOUS } from './identify';
 export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption } from './identify';
 export { RedisStore, StoreUnavailableError } from './stores/redis';

@@ -131,7 +131,6 @@ const plugin: FastifyPluginCallback<FastifyRateLimitOptions> = (fastify, options
 
 /** The rate-limit plugin for Fastify 5. Register it before the routes it should limit. */
 export const rateLimitPlugin = fp(plugin, { fastify: '5.x', name: 'sliding-window-limiter' });
-export default rateLimitPlugin;
 
 export { byApiKey, byIp, byUser, ANONYMOUS } from './identify';
 export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption } from './identify';
