@@ -1,0 +1,92 @@
+/**
+ * Formatting of the study's results: the markdown table and the per-trace plots.
+ */
+import type { AlgorithmName } from '../../src/algorithms/types';
+import type { AlgorithmStats, Points, TraceResult } from './simulate';
+import { renderChart, type Series } from './svg';
+
+/** Line colours per algorithm, shared by the plots and the prose. */
+const COLORS: Record<AlgorithmName, string> = {
+  'sliding-window': '#1f77b4',
+  'fixed-window': '#e67300',
+  'sliding-log': '#2ca02c',
+};
+
+/** A share as a percentage with four decimals; exact zero stays "0". */
+export function percent(part: number, whole: number): string {
+  if (part === 0) return '0';
+  const value = (100 * part) / whole;
+  return value < 0.00005 ? '<0.0001' : value.toFixed(4);
+}
+
+/** Worst overshoot as a multiple of the limit. */
+export function overshoot(stat: AlgorithmStats, limit: number): number {
+  return stat.worstCount / limit;
+}
+
+/** The columns of the results table, in order. */
+const HEADER = ['trace', 'algorithm', 'requests', 'false allows %', 'false denies %', 'wrong %', 'worst overshoot', 'false denies, capped %', 'allowed %', 'agrees with independent log %'];
+
+/**
+ * The results as a markdown table, one row per trace and algorithm; an extra
+ * `exact (reference)` row gives the allowed share of the independent exact log.
+ */
+export function markdownTable(results: readonly TraceResult[]): string {
+  const rows: string[][] = [];
+  for (const result of results) {
+    const { limit } = result.trace.tier;
+    for (const stat of result.stats) {
+      rows.push([
+        result.trace.name,
+        stat.algorithm,
+        stat.requests.toLocaleString('en-US'),
+        percent(stat.falseAllows, stat.requests),
+        percent(stat.falseDenies, stat.requests),
+        percent(stat.falseAllows + stat.falseDenies, stat.requests),
+        overshoot(stat, limit).toFixed(2),
+        percent(stat.cappedFalseDenies, stat.requests),
+        ((100 * stat.allowed) / stat.requests).toFixed(2),
+        ((100 * stat.agreements) / stat.requests).toFixed(4),
+      ]);
+    }
+    rows.push([result.trace.name, 'exact (reference)', result.requests.toLocaleString('en-US'), '', '', '', '', '', ((100 * result.referenceAllowed) / result.requests).toFixed(2), '']);
+  }
+  const widths = HEADER.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
+  const line = (cells: readonly string[]): string => `| ${cells.map((cell, column) => (column < 2 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join(' | ')} |`;
+  const rule = `|${widths.map((width, column) => (column < 2 ? `:${'-'.repeat(width + 1)}` : `${'-'.repeat(width + 1)}:`)).join('|')}|`;
+  return [line(HEADER), rule, ...rows.map(line)].join('\n');
+}
+
+function scaled(points: Points, from: number, unitMs: number): Points {
+  return points.map(([time, value]) => [(time - from) / unitMs, value]);
+}
+
+/**
+ * The plot of a trace's representative source: the true sliding count (what an
+ * exact log over the allowed requests holds) against each algorithm's own estimate.
+ *
+ * @param result - a simulated trace with its recorded series.
+ * @returns the SVG text.
+ */
+export function tracePlot(result: TraceResult): string {
+  const { trace, series } = result;
+  const { from, unit } = trace.plot;
+  const series_: Series[] = [
+    { label: 'exact sliding log: true count (ground-truth limiter)', color: '#222222', width: 2.2, points: scaled(series.reference, from, unit.ms) },
+  ];
+  for (const name of ['sliding-window', 'fixed-window'] as const) {
+    const recorded = series.byAlgorithm.get(name);
+    if (recorded === undefined) continue;
+    series_.push({ label: `${name}: its estimate`, color: COLORS[name], dash: '7 4', points: scaled(recorded.estimate, from, unit.ms) });
+    series_.push({ label: `${name}: true count of what it allowed`, color: COLORS[name], points: scaled(recorded.truth, from, unit.ms) });
+  }
+  const windowLabel = trace.tier.window >= 86_400_000 ? `${trace.tier.window / 86_400_000} day` : `${trace.tier.window / 1000} s`;
+  return renderChart({
+    title: `${trace.name}: sliding count vs estimate, source ${series.sourceId}`,
+    subtitle: trace.description,
+    xLabel: `time since ${new Date(from).toISOString().replace('.000Z', 'Z')} (${unit.label}); limit ${trace.tier.limit} per ${windowLabel}`,
+    yLabel: 'units in the window ending at t',
+    series: series_,
+    rules: [{ label: `limit (${trace.tier.limit})`, value: trace.tier.limit, color: '#d62728' }],
+  });
+}

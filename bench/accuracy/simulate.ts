@@ -1,0 +1,236 @@
+/**
+ * Replays traces against the algorithms' pure TypeScript `apply` functions on a
+ * virtual clock; no Redis involved.
+ *
+ * Methodology. Every algorithm runs on its own state, so it decides from its own
+ * history of allowed requests, exactly as it would in production. Each algorithm
+ * also feeds a *shadow* exact sliding log ({@link ExactLog}) with the requests it
+ * allowed. At each request we ask that shadow whether an exact sliding log with the
+ * same allowed history would allow it:
+ *
+ * - false allow: the algorithm allowed, the shadow would have denied;
+ * - false deny: the algorithm denied, the shadow would have allowed.
+ *
+ * This judges each decision on its own merits. (Comparing with an independently run
+ * exact limiter instead would keep counting the consequences of one early mistake:
+ * once histories diverge, decisions differ for a while even when every later decision
+ * is locally right.) That plain agreement with an independent exact log is reported
+ * too, as a second figure. The worst overshoot is the largest number of units the
+ * algorithm allowed inside any window of length `window`, over the limit: its shadow
+ * log's count right after each allowed request.
+ *
+ * The per-request false-deny count has a blind spot: a denied request does not enter
+ * the shadow, so while one unit of room is free in the shadow, *every* request of a
+ * flood is counted as a false deny, although an exact log would have admitted only
+ * the first. False allows do not have this problem (they enter the shadow). So a
+ * second, capped figure is kept: a false deny counts only if an exact log holding the
+ * algorithm's allowed requests *plus the false denies counted so far* would still
+ * have room, so that each free unit of room absorbs at most one wrongly denied
+ * request. The capped figure is a lower bound, the per-request one an upper bound.
+ */
+import type { Algorithm, AlgorithmName, RawReply, Tier } from '../../src/algorithms/types';
+import { ExactLog } from './exact-log';
+import type { Trace } from './traces';
+
+/** Every request in the traces costs one unit. */
+const COST = 1;
+
+/** Decision quality of one algorithm over one trace (summed over its sources). */
+export interface AlgorithmStats {
+  readonly algorithm: AlgorithmName;
+  requests: number;
+  allowed: number;
+  /** Allowed, though an exact log with the same allowed history would deny. */
+  falseAllows: number;
+  /** Denied, though an exact log with the same allowed history would allow. */
+  falseDenies: number;
+  /** False denies, each free unit of room counted once (see the module comment). */
+  cappedFalseDenies: number;
+  /** Decisions equal to those of an independently run exact sliding log. */
+  agreements: number;
+  /** Most units allowed inside any one window, over all sources. */
+  worstCount: number;
+}
+
+/** A polyline: [time ms, value] pairs in time order. */
+export type Points = [number, number][];
+
+/** What the plot of one source shows, per algorithm and for the independent exact log. */
+export interface SourceSeries {
+  readonly sourceId: string;
+  /** True sliding count of the independent exact limiter's allowed requests. */
+  readonly reference: Points;
+  readonly byAlgorithm: ReadonlyMap<AlgorithmName, { readonly estimate: Points; readonly truth: Points }>;
+}
+
+/** Everything measured on one trace. */
+export interface TraceResult {
+  readonly trace: Trace;
+  readonly requests: number;
+  /** Requests the independent exact sliding log allowed. */
+  readonly referenceAllowed: number;
+  readonly stats: readonly AlgorithmStats[];
+  readonly series: SourceSeries;
+  readonly elapsedMs: number;
+}
+
+/** One algorithm's per-identifier state, kept the way `MemoryStore` keeps it. */
+class Runner {
+  private state: unknown = undefined;
+  private expiresAt = -Infinity;
+  /** Exact log of the units this algorithm allowed. */
+  readonly shadow: ExactLog;
+  /** The shadow plus the capped false denies: an exact log's view of what was (or should have been) admitted. */
+  readonly claimed: ExactLog;
+
+  constructor(
+    readonly algorithm: Algorithm,
+    private readonly tiers: readonly Tier[],
+  ) {
+    this.shadow = new ExactLog(tiers[0].limit, tiers[0].window);
+    this.claimed = new ExactLog(tiers[0].limit, tiers[0].window);
+  }
+
+  /** Runs one check; with `dryRun` nothing is counted. */
+  check(now: number, cost: number, dryRun: boolean): RawReply {
+    if (this.state !== undefined && this.expiresAt <= now) this.state = undefined;
+    const result = this.algorithm.apply(this.state, { now, cost, dryRun, tiers: this.tiers });
+    if (result.state !== this.state) {
+      this.state = result.state;
+      this.expiresAt = result.expiresAt;
+    }
+    return result.reply;
+  }
+
+  /** The algorithm's own estimate of the units in the window at `now` (first tier). */
+  estimate(now: number): number {
+    const reply = this.check(now, 0, true);
+    return reply[2] / reply[3];
+  }
+}
+
+/** Samples per plot besides the requests themselves. */
+const PLOT_GRID = 800;
+/** Above this many requests in the plotted stretch, sample on the grid only. */
+const PLOT_MAX_REQUEST_SAMPLES = 4000;
+
+/** Times at which to sample the plotted source: a regular grid plus both sides of each window boundary. */
+function sampleTimes(trace: Trace): number[] {
+  const { from, to } = trace.plot;
+  const { window } = trace.tier;
+  const times: number[] = [];
+  for (let i = 0; i <= PLOT_GRID; i++) times.push(Math.round(from + ((to - from) * i) / PLOT_GRID));
+  for (let boundary = Math.ceil(from / window) * window; boundary <= to; boundary += window) {
+    if (boundary - 1 >= from) times.push(boundary - 1);
+    times.push(boundary);
+  }
+  return times.sort((a, b) => a - b);
+}
+
+/**
+ * Replays one source through every algorithm, adding to `stats` (same order as
+ * `algorithms`). When `plot` is given, also records the series of the plot.
+ */
+function simulateSource(
+  times: Float64Array,
+  tier: Tier,
+  algorithms: readonly Algorithm[],
+  stats: AlgorithmStats[],
+  plot?: { readonly from: number; readonly to: number; readonly samples: number[]; readonly series: SourceSeries },
+): number {
+  const tiers = [tier];
+  const runners = algorithms.map((algorithm) => new Runner(algorithm, tiers));
+  const reference = new ExactLog(tier.limit, tier.window);
+  let referenceAllowed = 0;
+
+  let nextSample = 0;
+  const perRequest = plot !== undefined && countBetween(times, plot.from, plot.to) <= PLOT_MAX_REQUEST_SAMPLES;
+  const sample = (now: number): void => {
+    if (plot === undefined) return;
+    plot.series.reference.push([now, reference.count(now)]);
+    for (const runner of runners) {
+      const series = plot.series.byAlgorithm.get(runner.algorithm.name)!;
+      series.estimate.push([now, runner.estimate(now)]);
+      series.truth.push([now, runner.shadow.count(now)]);
+    }
+  };
+
+  for (let r = 0; r < times.length; r++) {
+    const now = times[r];
+    if (plot !== undefined) {
+      while (nextSample < plot.samples.length && plot.samples[nextSample] < now) sample(plot.samples[nextSample++]);
+    }
+    const referenceAllows = reference.fits(now, COST);
+    if (referenceAllows) {
+      reference.add(now, COST);
+      referenceAllowed++;
+    }
+    for (let a = 0; a < runners.length; a++) {
+      const runner = runners[a];
+      const stat = stats[a];
+      const allowed = runner.check(now, COST, false)[0] === 1;
+      const exactWouldAllow = runner.shadow.fits(now, COST);
+      stat.requests++;
+      if (allowed === referenceAllows) stat.agreements++;
+      if (allowed && !exactWouldAllow) stat.falseAllows++;
+      if (!allowed && exactWouldAllow) {
+        stat.falseDenies++;
+        if (runner.claimed.fits(now, COST)) {
+          stat.cappedFalseDenies++;
+          runner.claimed.add(now, COST);
+        }
+      }
+      if (allowed) {
+        stat.allowed++;
+        runner.shadow.add(now, COST);
+        runner.claimed.add(now, COST);
+        const inWindow = runner.shadow.count(now);
+        if (inWindow > stat.worstCount) stat.worstCount = inWindow;
+      }
+    }
+    if (perRequest && now >= plot!.from && now <= plot!.to) sample(now);
+  }
+  if (plot !== undefined) while (nextSample < plot.samples.length) sample(plot.samples[nextSample++]);
+  return referenceAllowed;
+}
+
+function countBetween(times: Float64Array, from: number, to: number): number {
+  let count = 0;
+  for (const time of times) if (time >= from && time <= to) count++;
+  return count;
+}
+
+/**
+ * Replays every source of `trace` through each algorithm and measures its decisions
+ * (see the module comment for the methodology), recording the plot series of the
+ * trace's representative source.
+ *
+ * @param trace - the workload; its single tier is the limit under test.
+ * @param algorithms - the algorithms to evaluate, each on its own state.
+ */
+export function simulateTrace(trace: Trace, algorithms: readonly Algorithm[]): TraceResult {
+  const started = performance.now();
+  const stats: AlgorithmStats[] = algorithms.map((algorithm) => ({
+    algorithm: algorithm.name,
+    requests: 0,
+    allowed: 0,
+    falseAllows: 0,
+    falseDenies: 0,
+    cappedFalseDenies: 0,
+    agreements: 0,
+    worstCount: 0,
+  }));
+  const series: SourceSeries = {
+    sourceId: trace.sources[trace.plot.source].id,
+    reference: [],
+    byAlgorithm: new Map(algorithms.map((algorithm) => [algorithm.name, { estimate: [], truth: [] }])),
+  };
+  let requests = 0;
+  let referenceAllowed = 0;
+  trace.sources.forEach((source, index) => {
+    const plot = index === trace.plot.source ? { from: trace.plot.from, to: trace.plot.to, samples: sampleTimes(trace), series } : undefined;
+    referenceAllowed += simulateSource(source.times, trace.tier, algorithms, stats, plot);
+    requests += source.times.length;
+  });
+  return { trace, requests, referenceAllowed, stats, series, elapsedMs: performance.now() - started };
+}
