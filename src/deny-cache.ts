@@ -12,10 +12,12 @@ interface Denial {
  * Remembers denied identifiers until the moment they can be allowed again, so a flood
  * from one identifier costs no store round trip after its first denial.
  *
- * Exact for every algorithm here: while an identifier is denied no process can count
- * for it, so its estimate only falls with time, and counts added elsewhere only make
- * the denial truer. A denial for cost `c` is reused only for requests of cost `>= c`.
- * Bounded: least recently denied first out.
+ * Exact for every algorithm here: while nothing is counted for an identifier its
+ * estimate only falls with time, so a denial holds, with the same wait, until its
+ * `retryAfterMs` has passed. A denial for cost `c` is reused only for requests of cost
+ * `c`: a larger cost is denied too, but must wait longer. The limiter drops the entry
+ * when a request of another cost is counted for the identifier, since that moves the
+ * moment the denied cost fits. Bounded: least recently denied first out.
  */
 export class DenyCache {
   private readonly denials = new Map<string, Denial>();
@@ -29,7 +31,7 @@ export class DenyCache {
       this.denials.delete(key);
       return undefined;
     }
-    if (cost < denial.decision.cost) return undefined;
+    if (cost !== denial.decision.cost) return undefined;
     const { decision } = denial;
     return { ...decision, now: decision.now + (now - denial.at), retryAfterMs: denial.until - now, cached: true };
   }

@@ -246,8 +246,10 @@ class SlidingWindowLimiter implements Limiter {
     const reply = this.store.check(this.implementation, key, { now, cost, dryRun, tiers: this.tiers });
     return this.bounded(reply).then((raw) => {
       const decision = toDecision(raw, this.tiers, cost);
-      if (!decision.allowed && this.denyCache !== undefined) {
-        this.denyCache.remember(key, decision, now ?? Date.now());
+      if (this.denyCache !== undefined) {
+        if (!decision.allowed) this.denyCache.remember(key, decision, now ?? Date.now());
+        // Counting pushes back when a cached denial (of another cost) could first be allowed.
+        else if (cost > 0 && !dryRun) this.denyCache.delete(key);
       }
       return decision;
     });
