@@ -1,0 +1,183 @@
+/**
+ * The local deny cache must be exact: a limiter with it decides (allowed, retryAfterMs,
+ * resetAt) exactly as one without it, and a flood from a denied identifier costs no
+ * store round trips after the first denial.
+ */
+import { Redis } from 'ioredis';
+import { createLimiter, MemoryStore, RedisStore, type Decision, type Store } from '../../src';
+import type { AlgorithmName, Tier } from '../../src/algorithms/types';
+import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+
+let client: Redis;
+beforeAll(() => {
+  client = redisClient();
+});
+afterAll(() => client.quit());
+afterEach(() => jest.restoreAllMocks());
+
+function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const stores: [string, () => Store][] = [
+  ['RedisStore', () => new RedisStore({ client })],
+  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
+];
+const CONFIGS: Tier[][] = [
+  [{ limit: 5, window: 1_000 }],
+  [{ limit: 3, window: 1_000 }, { limit: 8, window: 10_000 }],
+  [{ limit: 10, window: 60_000 }],
+];
+
+function essentials(decision: Decision): { allowed: boolean; retryAfterMs: number; resetAt: number } {
+  return { allowed: decision.allowed, retryAfterMs: decision.retryAfterMs, resetAt: decision.resetAt };
+}
+
+describe.each(stores)('deny cache on %s', (_name, makeStore) => {
+  test.each(ALGORITHMS)('%s: with and without the cache, identical decisions for a random sequence (with resets)', async (algorithm) => {
+    const random = seeded(0xcace + ALGORITHMS.indexOf(algorithm));
+    let cachedAnswers = 0;
+    let denials = 0;
+    for (const limits of CONFIGS) {
+      const clock = manualClock(1_700_000_000_000 + Math.floor(random() * 10_000));
+      const store = makeStore();
+      const common = { store, limits, algorithm, clock: clock.now };
+      const exact = createLimiter({ ...common, prefix: uniquePrefix('nocache'), denyCacheSize: 0 });
+      const cached = createLimiter({ ...common, prefix: uniquePrefix('cache') });
+      const smallest = Math.min(...limits.map((tier) => tier.limit));
+      const history: string[] = [];
+      for (let step = 0; step < 600; step++) {
+        const r = random();
+        if (r < 0.4) clock.advance(0);
+        else if (r < 0.8) clock.advance(Math.floor(random() * 50));
+        else if (r < 0.97) clock.advance(Math.floor(random() * limits[0].window));
+        else clock.advance(limits[limits.length - 1].window);
+        const id = `id${Math.floor(random() * 3)}`;
+        if (random() < 0.03) {
+          history.push(`${clock.now()} reset ${id}`);
+          await Promise.all([exact.reset(id), cached.reset(id)]);
+          continue;
+        }
+        // Mostly cost 1, sometimes other costs: a denial for one cost says nothing exact about another.
+        const cost = random() < 0.7 ? 1 : Math.floor(random() * (smallest + 1));
+        const method = random() < 0.15 ? 'peek' : 'check';
+        history.push(`${clock.now()} ${method} ${id} cost ${cost}`);
+        const expected = await exact[method](id, { cost });
+        const actual = await cached[method](id, { cost });
+        if (actual.cached) cachedAnswers++;
+        if (!expected.allowed) denials++;
+        expect(expected.cached).toBe(false);
+        if (JSON.stringify(essentials(actual)) !== JSON.stringify(essentials(expected))) {
+          throw new Error(
+            `${algorithm} ${JSON.stringify(limits)} step ${step}: cached limiter differs\n  ${history.slice(-10).join('\n  ')}\n` +
+              `without cache: ${JSON.stringify(essentials(expected))}\nwith cache:    ${JSON.stringify({ ...essentials(actual), cached: actual.cached })}`,
+          );
+        }
+      }
+    }
+    // The comparison must have exercised the cache.
+    expect(denials).toBeGreaterThan(200);
+    expect(cachedAnswers).toBeGreaterThan(100);
+  });
+});
+
+describe('deny cache saves store round trips', () => {
+  test('a flood of 1,000 checks from a denied identifier makes no Redis calls after the first denial', async () => {
+    const spy = jest.spyOn(RedisStore.prototype, 'check');
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 5, window: '1m', prefix: uniquePrefix('flood') });
+    for (let i = 0; i < 5; i++) expect((await limiter.check('flooder')).allowed).toBe(true);
+    const first = await limiter.check('flooder');
+    expect(first.allowed).toBe(false);
+    expect(first.cached).toBe(false);
+    const callsAtFirstDenial = spy.mock.calls.length;
+    expect(callsAtFirstDenial).toBe(6);
+
+    const flood = await Promise.all(Array.from({ length: 1_000 }, () => limiter.check('flooder')));
+    expect(flood.every((decision) => !decision.allowed && decision.cached)).toBe(true);
+    // Real clock: the remaining wait shrinks, but never past the original resetAt.
+    for (const decision of flood) {
+      expect(decision.retryAfterMs).toBeGreaterThan(0);
+      expect(decision.retryAfterMs).toBeLessThanOrEqual(first.retryAfterMs);
+    }
+    expect(spy.mock.calls.length).toBe(callsAtFirstDenial);
+
+    // Another identifier still reaches the store.
+    expect((await limiter.check('someone-else')).allowed).toBe(true);
+    expect(spy.mock.calls.length).toBe(callsAtFirstDenial + 1);
+  });
+
+  test('the cached denial lasts exactly until retryAfterMs, then the store is asked again', async () => {
+    const spy = jest.spyOn(RedisStore.prototype, 'check');
+    const clock = manualClock(1_700_000_000_000);
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 2, window: 10_000, algorithm: 'fixed-window', clock: clock.now, prefix: uniquePrefix('until') });
+    clock.set(1_700_000_000_000 - (1_700_000_000_000 % 10_000) + 4_000);
+    await limiter.check('a');
+    await limiter.check('a');
+    const denied = await limiter.check('a');
+    expect(denied.allowed).toBe(false);
+    expect(denied.retryAfterMs).toBe(6_000);
+    const calls = spy.mock.calls.length;
+    clock.advance(5_999);
+    const stillDenied = await limiter.check('a');
+    expect(stillDenied).toMatchObject({ allowed: false, cached: true, retryAfterMs: 1, resetAt: denied.resetAt });
+    expect(stillDenied.now).toBe(denied.now + 5_999);
+    expect(spy.mock.calls.length).toBe(calls);
+    clock.advance(1);
+    const allowed = await limiter.check('a');
+    expect(allowed.allowed).toBe(true);
+    expect(spy.mock.calls.length).toBe(calls + 1);
+  });
+
+  test('reset() clears the cached denial', async () => {
+    const spy = jest.spyOn(RedisStore.prototype, 'check');
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 1, window: '1h', prefix: uniquePrefix('reset') });
+    expect((await limiter.check('x')).allowed).toBe(true);
+    expect((await limiter.check('x')).allowed).toBe(false);
+    expect((await limiter.check('x')).cached).toBe(true);
+    await limiter.reset('x');
+    const calls = spy.mock.calls.length;
+    const after = await limiter.check('x');
+    expect(after.allowed).toBe(true);
+    expect(after.cached).toBe(false);
+    expect(spy.mock.calls.length).toBe(calls + 1);
+  });
+
+  test('a denial for cost 1 is not reused for a larger cost, whose wait is longer', async () => {
+    const clock = manualClock(1_700_000_000_000);
+    const store = new MemoryStore({ sweepIntervalMs: 0 });
+    const limiter = createLimiter({ store, limit: 4, window: 1_000, algorithm: 'sliding-log', clock: clock.now, prefix: uniquePrefix('cost') });
+    for (let i = 0; i < 4; i++) {
+      expect((await limiter.check('c')).allowed).toBe(true);
+      clock.advance(100);
+    }
+    const one = await limiter.check('c'); // oldest unit leaves at 1000 ms after the first
+    expect(one.retryAfterMs).toBe(600);
+    const three = await limiter.check('c', { cost: 3 }); // needs the third oldest gone
+    expect(three.allowed).toBe(false);
+    expect(three.retryAfterMs).toBe(800);
+    expect(three.cost).toBe(3);
+  });
+
+  test('a cached denial is dropped when a smaller request is counted, since the wait grows', async () => {
+    const clock = manualClock(1_700_000_000_000);
+    const limiter = createLimiter({ store: new MemoryStore({ sweepIntervalMs: 0 }), limit: 4, window: 1_000, algorithm: 'sliding-log', clock: clock.now, prefix: uniquePrefix('grow') });
+    expect((await limiter.check('g')).allowed).toBe(true); // one unit at +0
+    clock.advance(100);
+    const denied = await limiter.check('g', { cost: 4 }); // 1 + 4 > 4: wait until the unit at +0 leaves
+    expect(denied.retryAfterMs).toBe(900);
+    expect((await limiter.check('g', { cost: 1 })).allowed).toBe(true); // counted at +100 ms
+    clock.advance(100);
+    const again = await limiter.check('g', { cost: 4 }); // now the unit at +100 ms must leave too
+    expect(again.allowed).toBe(false);
+    expect(again.cached).toBe(false);
+    expect(again.retryAfterMs).toBe(900);
+  });
+});

@@ -1,0 +1,232 @@
+/**
+ * Differential tests: every algorithm's Lua script (RedisStore) and its TypeScript twin
+ * (MemoryStore) must give identical decisions for the same seeded random sequence of
+ * checks, peeks, costs, identifiers, clock steps and tier configurations.
+ *
+ * The clock is injected, but Redis expires keys by its own (real) clock. A key written
+ * at fake time t with PX d may vanish after d real milliseconds while the fake clock
+ * has not moved; fixed window in particular sets PX of 1 ms right before a boundary.
+ * So each Redis check runs in a MULTI with PTTL (checked against the expiry the
+ * algorithm promises) and PERSIST, leaving expiry to the logic, which ignores stale
+ * state by window index / score anyway.
+ */
+import { isDeepStrictEqual } from 'node:util';
+import { Redis } from 'ioredis';
+import { createLimiter, MemoryStore, RedisStore, type Decision } from '../../src';
+import { algorithms } from '../../src/algorithms';
+import type { AlgorithmName, Tier } from '../../src/algorithms/types';
+import { redisClient, uniquePrefix } from '../helpers/redis';
+
+let client: Redis;
+beforeAll(() => {
+  client = redisClient();
+});
+afterAll(() => client.quit());
+
+/** mulberry32: a small seeded PRNG, so a failure can be replayed from its seed. */
+function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const WINDOWS = [1, 7, 100, 250, 1_000, 1_500, 10_000, 60_000];
+const IDENTIFIERS = ['alice', 'bob', 'carol', 'dave'];
+
+function randomTiers(random: () => number, algorithm: AlgorithmName): Tier[] {
+  const count = 1 + Math.floor(random() * 3);
+  const maxLimit = algorithm === 'sliding-log' ? 12 : 40;
+  return Array.from({ length: count }, () => ({
+    limit: 1 + Math.floor(random() * (random() < 0.7 ? 6 : maxLimit)),
+    window: WINDOWS[Math.floor(random() * WINDOWS.length)],
+  }));
+}
+
+/** The next clock value: same ms, a few ms, around a tier's window boundary, within a window, several windows. */
+function nextTime(now: number, tiers: readonly Tier[], random: () => number): number {
+  const window = tiers[Math.floor(random() * tiers.length)].window;
+  const r = random();
+  if (r < 0.3) return now; // same millisecond
+  if (r < 0.55) return now + 1 + Math.floor(random() * 5);
+  if (r < 0.75) {
+    const boundary = (Math.floor(now / window) + 1) * window;
+    return Math.max(now, boundary + Math.floor(random() * 5) - 2);
+  }
+  if (r < 0.95) return now + Math.floor(random() * (window / 4));
+  return now + window * (1 + Math.floor(random() * 3)) + Math.floor(random() * window);
+}
+
+function randomCost(random: () => number, tiers: readonly Tier[]): number {
+  const smallest = Math.min(...tiers.map((tier) => tier.limit));
+  const r = random();
+  if (r < 0.6) return 1;
+  if (r < 0.7) return 0;
+  return Math.floor(random() * (smallest + 1));
+}
+
+/** The PTTL a counting write must leave, per algorithm. */
+function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: number): number {
+  const longest = Math.max(...tiers.map((tier) => tier.window));
+  if (algorithm === 'sliding-window') return 2 * longest;
+  if (algorithm === 'sliding-log') return longest;
+  return Math.max(...tiers.map(({ window }) => (Math.floor(now / window) + 1) * window - now));
+}
+
+/**
+ * The run's Redis client behind a proxy that turns each of this package's script
+ * commands into `MULTI; <script>; PTTL key; PERSIST key; EXEC`: the RedisStore code path
+ * (defineCommand, argument layout, EVALSHA) is unchanged, and the expiry is read and
+ * removed atomically with the write, before Redis' real clock can expire the key.
+ */
+function persistingClient(redis: Redis, ttl: { last: number | undefined }): Redis {
+  return new Proxy(redis, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target) as unknown;
+      if (typeof property === 'string' && property.startsWith('slidingWindowLimiter_') && typeof value === 'function') {
+        return async (key: string, ...args: (string | number)[]) => {
+          const multi = target.multi() as unknown as Record<string, (...a: unknown[]) => unknown> & ReturnType<Redis['multi']>;
+          multi[property](key, ...args);
+          multi.pttl(key).persist(key);
+          const results = (await multi.exec())!;
+          for (const [error] of results) if (error) throw error;
+          ttl.last = results[1][1] as number;
+          return results[0][1];
+        };
+      }
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+
+describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (algorithm) => {
+  test('seeded random sequence of checks and peeks over random tier configurations', async () => {
+    const seed = 0x5eed + ALGORITHMS.indexOf(algorithm);
+    const random = seeded(seed);
+    const counts = { steps: 0, allowed: 0, denied: 0, peeks: 0, multiTier: 0, writes: 0, resets: 0 };
+    const ttl: { last: number | undefined } = { last: undefined };
+    const redisClientWithTtl = persistingClient(client, ttl);
+    for (let config = 0; config < 12; config++) {
+      const tiers = randomTiers(random, algorithm);
+      // Start near a window boundary for some configurations and at small epoch values for others
+      // (where now - window is negative).
+      let now = config % 4 === 0 ? Math.floor(random() * 50) : 1_700_000_000_000 + Math.floor(random() * 100_000);
+      const clock = () => now;
+      const redisStore = new RedisStore({ client: redisClientWithTtl });
+      const common = { limits: tiers, algorithm, clock, denyCacheSize: 0 } as const;
+      const prefix = uniquePrefix('diff');
+      const onRedis = createLimiter({ ...common, store: redisStore, prefix });
+      const inMemory = createLimiter({ ...common, store: new MemoryStore({ sweepIntervalMs: 0 }), prefix });
+      const history: string[] = [];
+      for (let step = 0; step < 300; step++) {
+        now = nextTime(now, tiers, random);
+        const id = IDENTIFIERS[Math.floor(random() * IDENTIFIERS.length)];
+        if (random() < 0.01) {
+          history.push(`${now} reset ${id}`);
+          await Promise.all([onRedis.reset(id), inMemory.reset(id)]);
+          counts.resets++;
+          continue;
+        }
+        const peek = random() < 0.2;
+        const cost = randomCost(random, tiers);
+        history.push(`${now} ${peek ? 'peek' : 'check'} ${id} cost ${cost}`);
+        ttl.last = undefined;
+        const method = peek ? 'peek' : 'check';
+        const fromRedis: Decision = await onRedis[method](id, { cost });
+        const fromMemory: Decision = await inMemory[method](id, { cost });
+        if (!isDeepStrictEqual(fromRedis, fromMemory)) {
+          throw new Error(
+            `seed ${seed}, config ${JSON.stringify(tiers)}, step ${step}: decisions differ\n` +
+              `last steps:\n  ${history.slice(-12).join('\n  ')}\n` +
+              `redis:  ${JSON.stringify(fromRedis)}\nmemory: ${JSON.stringify(fromMemory)}`,
+          );
+        }
+        const wrote = fromRedis.allowed && cost > 0 && !peek;
+        if (wrote) {
+          const expected = expectedTtl(algorithm, tiers, now);
+          // Read in the same MULTI as the write: at most a millisecond may have passed.
+          if (ttl.last! > expected || ttl.last! < expected - 1) {
+            throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a write, expected ${expected}`);
+          }
+          counts.writes++;
+        } else if (ttl.last !== -1 && ttl.last !== -2) {
+          // Nothing was counted, so nothing may have set an expiry on the (persisted or absent) key.
+          throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} without a write`);
+        }
+        counts.steps++;
+        if (peek) counts.peeks++;
+        if (tiers.length > 1) counts.multiTier++;
+        if (fromRedis.allowed) counts.allowed++;
+        else counts.denied++;
+      }
+    }
+    if (process.env.DIFF_DEBUG) console.log(algorithm, counts);
+    // The sequence must actually exercise both outcomes, multi-tier configurations and writes.
+    expect(counts.steps).toBeGreaterThan(3_000);
+    expect(counts.denied).toBeGreaterThan(300);
+    expect(counts.allowed).toBeGreaterThan(counts.steps * 0.3);
+    expect(counts.multiTier).toBeGreaterThan(1_000);
+    expect(counts.peeks).toBeGreaterThan(300);
+    expect(counts.writes).toBeGreaterThan(500);
+  });
+});
+
+/** The stored state read back from Redis, in the shape of the TypeScript twin's state. */
+async function redisState(algorithm: AlgorithmName, key: string): Promise<number[]> {
+  if (algorithm === 'sliding-log') {
+    const entries = await client.zrangebyscore(key, 0, '+inf', 'WITHSCORES');
+    const scores: number[] = [];
+    for (let i = 1; i < entries.length; i += 2) scores.push(Number(entries[i]));
+    return scores;
+  }
+  const value = await client.get(key);
+  return value === null ? [] : (value.match(/\d+/g) ?? []).map(Number);
+}
+
+describe.each(ALGORITHMS)('%s: raw Lua script against the TypeScript apply', (algorithm) => {
+  test('identical replies and identical stored state for a seeded random sequence', async () => {
+    const implementation = algorithms[algorithm];
+    const seed = 0xa11 + ALGORITHMS.indexOf(algorithm);
+    const random = seeded(seed);
+    let compared = 0;
+    let denied = 0;
+    for (let config = 0; config < 8; config++) {
+      const tiers = randomTiers(random, algorithm);
+      const key = `${uniquePrefix('raw')}:k`;
+      let now = config % 2 === 0 ? Math.floor(random() * 20) : 1_700_000_000_000 + Math.floor(random() * 100_000);
+      let state: unknown;
+      for (let step = 0; step < 150; step++) {
+        now = nextTime(now, tiers, random);
+        const cost = randomCost(random, tiers);
+        const dryRun = random() < 0.2;
+        const args: (string | number)[] = [now, cost, dryRun ? '1' : '0'];
+        for (const tier of tiers) args.push(tier.limit, tier.window);
+        // PERSIST in the same MULTI, so Redis' real clock cannot expire what the fake clock still needs.
+        const results = (await client.multi().eval(implementation.lua, 1, key, ...args).persist(key).exec())!;
+        if (results[0][0]) throw results[0][0];
+        const fromLua = results[0][1] as number[];
+        const result = implementation.apply(state, { now, cost, dryRun, tiers });
+        state = result.state;
+        const context = `seed ${seed}, tiers ${JSON.stringify(tiers)}, step ${step}, now ${now}, cost ${cost}, dry ${dryRun}`;
+        if (!isDeepStrictEqual(fromLua, [...result.reply])) {
+          throw new Error(`${context}: replies differ\nlua: ${JSON.stringify(fromLua)}\nts:  ${JSON.stringify(result.reply)}`);
+        }
+        const stored = await redisState(algorithm, key);
+        const twin = (state as number[] | undefined) ?? [];
+        if (!isDeepStrictEqual(stored, [...twin])) {
+          throw new Error(`${context}: stored state differs\nredis: ${JSON.stringify(stored)}\nts:    ${JSON.stringify(twin)}`);
+        }
+        compared++;
+        if (fromLua[0] === 0) denied++;
+      }
+    }
+    expect(compared).toBe(8 * 150);
+    expect(denied).toBeGreaterThan(100);
+  });
+});
