@@ -20,7 +20,11 @@ export function parseDuration(value: unknown, option: string): number {
     if (!match) {
       throw new TypeError(`${option}: cannot parse ${JSON.stringify(value)} as a duration; use milliseconds or a string like '1s', '1m', '1h', '1d'`);
     }
-    ms = Number(match[1]) * UNIT_MS[match[2]];
+    // In exact decimal arithmetic: as doubles, '1.001s' would be 1000.9999999999999 ms.
+    const [whole, fraction = ''] = match[1].split('.');
+    const scaled = BigInt(whole + fraction) * BigInt(UNIT_MS[match[2]]);
+    const scale = 10n ** BigInt(fraction.length);
+    ms = scaled % scale === 0n ? Number(scaled / scale) : Number(match[1]) * UNIT_MS[match[2]];
   } else {
     throw new TypeError(`${option}: expected milliseconds or a duration string like '1m', got ${describe(value)}`);
   }
