@@ -140,6 +140,8 @@ const TIER_OPTIONS = new Set(['limit', 'window']);
 const ALGORITHMS: readonly AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
 /** Identifiers longer than this are replaced by their hash, so keys stay short. */
 const MAX_IDENTIFIER_LENGTH = 128;
+/** A surrogate outside a pair: encoded as UTF-8 for Redis it becomes U+FFFD, so distinct identifiers would share a key. */
+const LONE_SURROGATE = /\p{Surrogate}/u;
 
 /** Validates and resolves the tiers: `limits`, or `limit` with `window`. */
 export function resolveTiers(options: Pick<LimiterOptions, 'limit' | 'window' | 'limits'>): Tier[] {
@@ -204,8 +206,11 @@ class SlidingWindowLimiter implements Limiter {
 
   keyFor(identifier: string): string {
     if (typeof identifier !== 'string') throw new TypeError(`identifier: must be a string, got ${describe(identifier)}`);
-    if (identifier.length > MAX_IDENTIFIER_LENGTH) {
-      identifier = `sha256:${createHash('sha256').update(identifier).digest('base64url')}`;
+    const illFormed = LONE_SURROGATE.test(identifier);
+    if (illFormed || identifier.length > MAX_IDENTIFIER_LENGTH) {
+      // An ill-formed identifier is hashed from its UTF-16 code units, which keep it distinct.
+      const bytes = illFormed ? Buffer.from(identifier, 'utf16le') : identifier;
+      identifier = `sha256:${createHash('sha256').update(bytes).digest('base64url')}`;
     }
     return this.keyPrefix + identifier;
   }
