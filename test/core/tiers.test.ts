@@ -1,0 +1,154 @@
+/**
+ * Tiers are all-or-nothing: a request denied by any tier is counted by none, and the
+ * decision reports every tier and the binding one.
+ */
+import { Redis } from 'ioredis';
+import { createLimiter, MemoryStore, RedisStore, type Decision, type Store } from '../../src';
+import type { AlgorithmName } from '../../src/algorithms/types';
+import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+
+let client: Redis;
+beforeAll(() => {
+  client = redisClient();
+});
+afterAll(() => client.quit());
+
+const HOUR = 3_600_000;
+const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR); // a boundary of both tiers
+const LIMITS = [
+  { limit: 3, window: '1s' },
+  { limit: 5, window: '1h' },
+] as const;
+
+const stores: [string, () => Store][] = [
+  ['RedisStore', () => new RedisStore({ client })],
+  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
+];
+const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+
+/** The invariants every decision keeps between its tiers and its top-level figures. */
+function expectConsistent(decision: Decision): void {
+  expect(decision.tiers).toHaveLength(2);
+  expect(decision.tiers.map((tier) => [tier.limit, tier.window])).toEqual([
+    [3, 1_000],
+    [5, HOUR],
+  ]);
+  for (const tier of decision.tiers) {
+    expect(tier.remaining).toBe(Math.max(0, Math.floor(tier.limit - tier.estimated)));
+    expect(tier.resetAt).toBeGreaterThanOrEqual(decision.now);
+  }
+  const top = decision.tiers[decision.tier];
+  expect(decision).toMatchObject({ limit: top.limit, window: top.window, remaining: top.remaining, estimated: top.estimated });
+  expect(decision.ratio).toBeCloseTo(top.estimated / top.limit, 12);
+  expect(decision.resetAt).toBe(Math.max(...decision.tiers.map((tier) => tier.resetAt)));
+  expect(decision.retryAfterMs).toBe(decision.allowed ? 0 : decision.resetAt - decision.now);
+}
+
+describe.each(stores)('tiers on %s', (_name, makeStore) => {
+  describe.each(ALGORITHMS)('%s', (algorithm) => {
+    function setup() {
+      const clock = manualClock(START);
+      const limiter = createLimiter({ store: makeStore(), limits: LIMITS, algorithm, clock: clock.now, prefix: uniquePrefix('tiers'), denyCacheSize: 0 });
+      return { clock, limiter };
+    }
+
+    test('a request denied by the 1 s tier increments nothing in the 1 h tier', async () => {
+      const { clock, limiter } = setup();
+      for (let i = 1; i <= 3; i++) {
+        const decision = await limiter.check('u');
+        expect(decision.allowed).toBe(true);
+        expect(decision.tiers.map((tier) => tier.estimated)).toEqual([i, i]);
+        expectConsistent(decision);
+      }
+      // Denied by the 1 s tier, 10 times, and with a cost the 1 h tier alone would allow.
+      for (let i = 0; i < 10; i++) {
+        const denied = await limiter.check('u', { cost: 1 + (i % 2) });
+        expect(denied.allowed).toBe(false);
+        expect(denied.tier).toBe(0);
+        expect(denied.tiers[1].estimated).toBe(3);
+        expect(denied.tiers[1].resetAt).toBe(denied.now); // the 1 h tier alone would allow it now
+        expect(denied.tiers[0].resetAt).toBeGreaterThan(denied.now);
+        expectConsistent(denied);
+        clock.advance(10);
+      }
+      const peek = await limiter.peek('u', { cost: 0 });
+      expect(peek.tiers[1].estimated).toBe(3);
+      expect(peek.tiers[0].estimated).toBeGreaterThan(0);
+
+      // Once the 1 s tier lets one through, the 1 h tier counts it: 4.
+      const wait = (await limiter.peek('u')).retryAfterMs;
+      clock.advance(wait);
+      const fourth = await limiter.check('u');
+      expect(fourth.allowed).toBe(true);
+      expect(fourth.tiers[1].estimated).toBe(4);
+      expectConsistent(fourth);
+    });
+
+    test('the binding tier and the figures of every tier', async () => {
+      const { clock, limiter } = setup();
+      const first = await limiter.check('u');
+      // Both fit again right away: the binding tier is the one with least left (the 1 s tier: 2 of 3).
+      expect(first).toMatchObject({ allowed: true, tier: 0, limit: 3, window: 1_000, remaining: 2, estimated: 1, retryAfterMs: 0, resetAt: START });
+      expect(first.tiers).toEqual([
+        { limit: 3, window: 1_000, estimated: 1, remaining: 2, resetAt: START },
+        { limit: 5, window: HOUR, estimated: 1, remaining: 4, resetAt: START },
+      ]);
+      await limiter.check('u');
+      const third = await limiter.check('u');
+      // Allowed, but a next request has to wait for the 1 s tier: resetAt is that moment.
+      expect(third).toMatchObject({ allowed: true, tier: 0, remaining: 0, retryAfterMs: 0 });
+      expect(third.resetAt).toBeGreaterThan(START);
+      expect(third.tiers[1]).toEqual({ limit: 5, window: HOUR, estimated: 3, remaining: 2, resetAt: START });
+      expectConsistent(third);
+
+      // Spend the 1 h tier: two more, each after the 1 s tier has emptied (3 s later).
+      for (let i = 4; i <= 5; i++) {
+        clock.advance(3_000);
+        const decision = await limiter.check('u');
+        expect(decision.allowed).toBe(true);
+        expect(decision.tiers[1].estimated).toBe(i);
+        expectConsistent(decision);
+      }
+      // The 5th spent the 1 h tier: now it binds, although the 1 s tier has room.
+      clock.advance(3_000);
+      const denied = await limiter.check('u');
+      expect(denied.allowed).toBe(false);
+      expect(denied.tier).toBe(1);
+      expect(denied).toMatchObject({ limit: 5, window: HOUR, remaining: 0, estimated: 5 });
+      expect(denied.tiers[0]).toEqual({ limit: 3, window: 1_000, estimated: 0, remaining: 3, resetAt: denied.now });
+      expect(denied.retryAfterMs).toBeGreaterThan(HOUR - 20_000);
+      expect(denied.retryAfterMs).toBeLessThanOrEqual(2 * HOUR);
+      expectConsistent(denied);
+      // Denied by the 1 h tier: the 1 s tier counted nothing either.
+      expect((await limiter.peek('u', { cost: 0 })).tiers[0].estimated).toBe(0);
+      // And the wait it gives is exact.
+      clock.advance(denied.retryAfterMs - 1);
+      expect((await limiter.peek('u')).allowed).toBe(false);
+      clock.advance(1);
+      expect((await limiter.check('u')).allowed).toBe(true);
+    });
+
+    test('a cost that fits one tier and not the other counts in neither', async () => {
+      const { limiter } = setup();
+      await limiter.check('u', { cost: 2 });
+      const denied = await limiter.check('u', { cost: 2 }); // 1 s: 2 + 2 > 3; 1 h: 2 + 2 <= 5
+      expect(denied.allowed).toBe(false);
+      expect(denied.tier).toBe(0);
+      expect(denied.cost).toBe(2);
+      const after = await limiter.peek('u', { cost: 0 });
+      expect(after.tiers.map((tier) => tier.estimated)).toEqual([2, 2]);
+      const one = await limiter.check('u', { cost: 1 });
+      expect(one.allowed).toBe(true);
+      expect(one.tiers.map((tier) => tier.estimated)).toEqual([3, 3]);
+    });
+
+    test('identifiers are independent across tiers', async () => {
+      const { limiter } = setup();
+      for (let i = 0; i < 3; i++) await limiter.check('a');
+      expect((await limiter.check('a')).allowed).toBe(false);
+      const b = await limiter.check('b');
+      expect(b.allowed).toBe(true);
+      expect(b.tiers.map((tier) => tier.estimated)).toEqual([1, 1]);
+    });
+  });
+});
