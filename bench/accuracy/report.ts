@@ -24,8 +24,28 @@ export function overshoot(stat: AlgorithmStats, limit: number): number {
   return stat.worstCount / limit;
 }
 
-/** The columns of the results table, in order. */
-const HEADER = ['trace', 'algorithm', 'requests', 'false allows %', 'false denies %', 'wrong %', 'worst overshoot', 'false denies, capped %', 'allowed %', 'agrees with independent log %'];
+/** Renders rows as a markdown table, the first `textColumns` left-aligned, the rest right-aligned. */
+function markdown(header: readonly string[], rows: readonly (readonly string[])[], textColumns: number): string {
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
+  const line = (cells: readonly string[]): string => `| ${cells.map((cell, column) => (column < textColumns ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join(' | ')} |`;
+  const rule = `|${widths.map((width, column) => (column < textColumns ? `:${'-'.repeat(width + 1)}` : `${'-'.repeat(width + 1)}:`)).join('|')}|`;
+  return [line(header), rule, ...rows.map(line)].join('\n');
+}
+
+/** The measured columns shared by both tables, for one algorithm's stats. */
+function measured(stat: AlgorithmStats, limit: number): string[] {
+  return [
+    stat.requests.toLocaleString('en-US'),
+    percent(stat.falseAllows, stat.requests),
+    percent(stat.falseDenies, stat.requests),
+    percent(stat.falseAllows + stat.falseDenies, stat.requests),
+    overshoot(stat, limit).toFixed(2),
+    percent(stat.cappedFalseDenies, stat.requests),
+    ((100 * stat.allowed) / stat.requests).toFixed(2),
+  ];
+}
+
+const MEASURED = ['requests', 'false allows %', 'false denies %', 'wrong %', 'worst overshoot', 'false denies, capped %', 'allowed %'];
 
 /**
  * The results as a markdown table, one row per trace and algorithm; an extra
@@ -34,27 +54,41 @@ const HEADER = ['trace', 'algorithm', 'requests', 'false allows %', 'false denie
 export function markdownTable(results: readonly TraceResult[]): string {
   const rows: string[][] = [];
   for (const result of results) {
-    const { limit } = result.trace.tier;
     for (const stat of result.stats) {
-      rows.push([
-        result.trace.name,
-        stat.algorithm,
-        stat.requests.toLocaleString('en-US'),
-        percent(stat.falseAllows, stat.requests),
-        percent(stat.falseDenies, stat.requests),
-        percent(stat.falseAllows + stat.falseDenies, stat.requests),
-        overshoot(stat, limit).toFixed(2),
-        percent(stat.cappedFalseDenies, stat.requests),
-        ((100 * stat.allowed) / stat.requests).toFixed(2),
-        ((100 * stat.agreements) / stat.requests).toFixed(4),
-      ]);
+      rows.push([result.trace.name, stat.algorithm, ...measured(stat, result.trace.tier.limit), ((100 * stat.agreements) / stat.requests).toFixed(4)]);
     }
     rows.push([result.trace.name, 'exact (reference)', result.requests.toLocaleString('en-US'), '', '', '', '', '', ((100 * result.referenceAllowed) / result.requests).toFixed(2), '']);
   }
-  const widths = HEADER.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
-  const line = (cells: readonly string[]): string => `| ${cells.map((cell, column) => (column < 2 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join(' | ')} |`;
-  const rule = `|${widths.map((width, column) => (column < 2 ? `:${'-'.repeat(width + 1)}` : `${'-'.repeat(width + 1)}:`)).join('|')}|`;
-  return [line(HEADER), rule, ...rows.map(line)].join('\n');
+  return markdown(['trace', 'algorithm', ...MEASURED, 'agrees with independent log %'], rows, 2);
+}
+
+/** Bands of offered load (mean rate over limit) for the per-band breakdown, in report order. */
+export const LOAD_BANDS: readonly { readonly label: string; readonly below: number }[] = [
+  { label: 'under 0.5x the limit', below: 0.5 },
+  { label: '0.5x to 1x', below: 1 },
+  { label: '1x to 2x', below: 2 },
+  { label: '2x and more', below: Infinity },
+];
+
+/** The label of the load band that `offeredLoad` falls in. */
+export function loadBand(offeredLoad: number): string {
+  return (LOAD_BANDS.find((band) => offeredLoad < band.below) ?? LOAD_BANDS[LOAD_BANDS.length - 1]).label;
+}
+
+/**
+ * One trace's results per band of offered load, as a markdown table.
+ *
+ * @param result - a trace simulated with `loadBand` as its grouping.
+ */
+export function loadBandTable(result: TraceResult): string {
+  const rows: string[][] = [];
+  for (const band of LOAD_BANDS) {
+    const stats = result.groups.get(band.label);
+    if (stats === undefined) continue;
+    const sources = result.trace.sources.filter((source) => loadBand(source.offeredLoad) === band.label).length;
+    for (const stat of stats) rows.push([band.label, stat.algorithm, sources.toLocaleString('en-US'), ...measured(stat, result.trace.tier.limit)]);
+  }
+  return markdown(['offered load', 'algorithm', 'sources', ...MEASURED], rows, 2);
 }
 
 function scaled(points: Points, from: number, unitMs: number): Points {

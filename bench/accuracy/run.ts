@@ -9,10 +9,10 @@ import { fixedWindow } from '../../src/algorithms/fixed-window';
 import { slidingLog } from '../../src/algorithms/sliding-log';
 import { slidingWindow } from '../../src/algorithms/sliding-window';
 import type { Algorithm } from '../../src/algorithms/types';
-import { accuracyDocument } from './document';
-import { markdownTable, tracePlot } from './report';
-import { simulateTrace, type TraceResult } from './simulate';
-import { STUDY_TRACES } from './traces';
+import { accuracyDocument, type FloodResult } from './document';
+import { loadBand, loadBandTable, markdownTable, tracePlot } from './report';
+import { floodAdmissions, simulateTrace, type TraceResult } from './simulate';
+import { EPOCH, STUDY_TRACES } from './traces';
 
 const DOCS = join(__dirname, '..', '..', 'docs');
 
@@ -25,7 +25,7 @@ function main(): void {
   const results: TraceResult[] = [];
   for (const makeTrace of STUDY_TRACES) {
     const trace = makeTrace();
-    const result = simulateTrace(trace, ALGORITHMS);
+    const result = simulateTrace(trace, ALGORITHMS, trace.breakdownByLoad === true ? (source) => loadBand(source.offeredLoad) : undefined);
     results.push(result);
     const file = `accuracy-${trace.name}.svg`;
     writeFileSync(join(DOCS, file), tracePlot(result));
@@ -34,7 +34,16 @@ function main(): void {
   const seconds = (performance.now() - started) / 1000;
   const table = markdownTable(results);
   console.log(table);
-  writeFileSync(join(DOCS, 'accuracy.md'), accuracyDocument(results, table, seconds));
+  const breakdowns = results.filter((result) => result.groups.size > 0).map((result) => ({ result, table: loadBandTable(result) }));
+  for (const { result, table: bands } of breakdowns) console.log(`\n${result.trace.name}, by offered load:\n${bands}`);
+  const floods: FloodResult[] = [10, 100].map((limit) => ({
+    limit,
+    perWindow: new Map(ALGORITHMS.map((algorithm) => [algorithm.name, floodAdmissions(algorithm, { limit, window: 60_000 }, EPOCH, 10, 7)])),
+  }));
+  for (const flood of floods) {
+    console.log(`\nconstant flood, limit ${flood.limit}: admitted per window ${[...flood.perWindow].map(([name, counts]) => `${name} ${counts.join(',')}`).join('; ')}`);
+  }
+  writeFileSync(join(DOCS, 'accuracy.md'), accuracyDocument({ results, table, breakdowns, floods, seconds }));
   console.error(`wrote docs/accuracy.md (${seconds.toFixed(1)} s)`);
 }
 

@@ -30,7 +30,7 @@
  */
 import type { Algorithm, AlgorithmName, RawReply, Tier } from '../../src/algorithms/types';
 import { ExactLog } from './exact-log';
-import type { Trace } from './traces';
+import type { Source, Trace } from './traces';
 
 /** Every request in the traces costs one unit. */
 const COST = 1;
@@ -70,6 +70,8 @@ export interface TraceResult {
   /** Requests the independent exact sliding log allowed. */
   readonly referenceAllowed: number;
   readonly stats: readonly AlgorithmStats[];
+  /** Stats per group of sources, when a grouping was asked for. */
+  readonly groups: ReadonlyMap<string, readonly AlgorithmStats[]>;
   readonly series: SourceSeries;
   readonly elapsedMs: number;
 }
@@ -200,17 +202,8 @@ function countBetween(times: Float64Array, from: number, to: number): number {
   return count;
 }
 
-/**
- * Replays every source of `trace` through each algorithm and measures its decisions
- * (see the module comment for the methodology), recording the plot series of the
- * trace's representative source.
- *
- * @param trace - the workload; its single tier is the limit under test.
- * @param algorithms - the algorithms to evaluate, each on its own state.
- */
-export function simulateTrace(trace: Trace, algorithms: readonly Algorithm[]): TraceResult {
-  const started = performance.now();
-  const stats: AlgorithmStats[] = algorithms.map((algorithm) => ({
+function emptyStats(algorithms: readonly Algorithm[]): AlgorithmStats[] {
+  return algorithms.map((algorithm) => ({
     algorithm: algorithm.name,
     requests: 0,
     allowed: 0,
@@ -220,6 +213,33 @@ export function simulateTrace(trace: Trace, algorithms: readonly Algorithm[]): T
     agreements: 0,
     worstCount: 0,
   }));
+}
+
+function addStats(into: AlgorithmStats[], from: readonly AlgorithmStats[]): void {
+  into.forEach((stat, i) => {
+    stat.requests += from[i].requests;
+    stat.allowed += from[i].allowed;
+    stat.falseAllows += from[i].falseAllows;
+    stat.falseDenies += from[i].falseDenies;
+    stat.cappedFalseDenies += from[i].cappedFalseDenies;
+    stat.agreements += from[i].agreements;
+    stat.worstCount = Math.max(stat.worstCount, from[i].worstCount);
+  });
+}
+
+/**
+ * Replays every source of `trace` through each algorithm and measures its decisions
+ * (see the module comment for the methodology), recording the plot series of the
+ * trace's representative source.
+ *
+ * @param trace - the workload; its single tier is the limit under test.
+ * @param algorithms - the algorithms to evaluate, each on its own state.
+ * @param groupOf - optional: names the group of each source, to report stats per group too.
+ */
+export function simulateTrace(trace: Trace, algorithms: readonly Algorithm[], groupOf?: (source: Source) => string): TraceResult {
+  const started = performance.now();
+  const stats = emptyStats(algorithms);
+  const groups = new Map<string, AlgorithmStats[]>();
   const series: SourceSeries = {
     sourceId: trace.sources[trace.plot.source].id,
     reference: [],
@@ -229,8 +249,35 @@ export function simulateTrace(trace: Trace, algorithms: readonly Algorithm[]): T
   let referenceAllowed = 0;
   trace.sources.forEach((source, index) => {
     const plot = index === trace.plot.source ? { from: trace.plot.from, to: trace.plot.to, samples: sampleTimes(trace), series } : undefined;
-    referenceAllowed += simulateSource(source.times, trace.tier, algorithms, stats, plot);
+    const sourceStats = emptyStats(algorithms);
+    referenceAllowed += simulateSource(source.times, trace.tier, algorithms, sourceStats, plot);
     requests += source.times.length;
+    addStats(stats, sourceStats);
+    if (groupOf !== undefined) {
+      const group = groupOf(source);
+      let groupStats = groups.get(group);
+      if (groupStats === undefined) groups.set(group, (groupStats = emptyStats(algorithms)));
+      addStats(groupStats, sourceStats);
+    }
   });
-  return { trace, requests, referenceAllowed, stats, series, elapsedMs: performance.now() - started };
+  return { trace, requests, referenceAllowed, stats, groups, series, elapsedMs: performance.now() - started };
+}
+
+/**
+ * Units an algorithm admits in each window under a constant flood of one request
+ * every `gapMs`, starting at a window boundary: its throughput at saturation.
+ *
+ * @param algorithm - the algorithm, on a fresh state.
+ * @param tier - the limit.
+ * @param start - the first request's time; should be a window boundary.
+ * @param windows - how many windows to flood.
+ * @param gapMs - milliseconds between requests.
+ */
+export function floodAdmissions(algorithm: Algorithm, tier: Tier, start: number, windows: number, gapMs: number): number[] {
+  const runner = new Runner(algorithm, [tier]);
+  const perWindow = new Array<number>(windows).fill(0);
+  for (let now = start; now < start + windows * tier.window; now += gapMs) {
+    if (runner.check(now, COST, false)[0] === 1) perWindow[Math.floor((now - start) / tier.window)]++;
+  }
+  return perWindow;
 }

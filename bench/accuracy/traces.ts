@@ -11,6 +11,8 @@ import { exponential, mulberry32, pareto, type Random } from './random';
 export interface Source {
   readonly id: string;
   readonly times: Float64Array;
+  /** The source's nominal mean rate as a multiple of the limit. */
+  readonly offeredLoad: number;
 }
 
 /** The stretch of one source that the plot shows. */
@@ -31,6 +33,8 @@ export interface Trace {
   readonly tier: Tier;
   readonly sources: readonly Source[];
   readonly plot: PlotSpec;
+  /** Report the results per band of offered load as well (for traces mixing light and heavy sources). */
+  readonly breakdownByLoad?: boolean;
 }
 
 /** Options shared by the trace generators; the defaults are the published study. */
@@ -91,7 +95,7 @@ export function poissonTrace(load: number, { seed = 1, sources = 10, windows = 2
   for (let s = 0; s < sources; s++) {
     const times: number[] = [];
     poisson(random, EPOCH, end, (load * tier.limit) / tier.window, times);
-    list.push({ id: `client-${s}`, times: sorted(times) });
+    list.push({ id: `client-${s}`, times: sorted(times), offeredLoad: load });
   }
   const percent = Math.round(load * 100);
   return {
@@ -129,7 +133,7 @@ export function burstTrace(placement: BurstPlacement, { seed = 2, sources = 10, 
       const windowStart = EPOCH + w * tier.window;
       burst(random, placement === 'start' ? windowStart : windowStart + tier.window - width, width, tier.limit, times);
     }
-    list.push({ id: `client-${s}`, times: sorted(times) });
+    list.push({ id: `client-${s}`, times: sorted(times), offeredLoad: 1 + background });
   }
   return {
     name: `${placement}-bursts`,
@@ -157,7 +161,7 @@ export function boundaryTrace({ seed = 3, sources = 10, windows = 240 }: TraceOp
       burst(random, boundary - width, width, tier.limit, times);
       burst(random, boundary, width, tier.limit, times);
     }
-    list.push({ id: `client-${s}`, times: sorted(times) });
+    list.push({ id: `client-${s}`, times: sorted(times), offeredLoad: 1 });
   }
   return {
     name: 'boundary-bursts',
@@ -191,7 +195,7 @@ export function diurnalTrace({ seed = 4, sources = 12, windows = 14 }: TraceOpti
     };
     const times: number[] = [];
     varyingPoisson(random, EPOCH, end, rate, meanRate * 1.9 * 1.3, times);
-    list.push({ id: `zone-${shift / HOUR}h`, times: sorted(times) });
+    list.push({ id: `zone-${shift / HOUR}h`, times: sorted(times), offeredLoad: 1 });
   }
   return {
     name: 'diurnal',
@@ -220,7 +224,7 @@ export function heavyTailedTrace({ seed = 5, sources = 30_000, windows = 60 }: T
     const perWindow = Math.min(cap, pareto(random, 0.3, 1.2));
     const times: number[] = [];
     poisson(random, EPOCH, end, perWindow / tier.window, times);
-    list.push({ id: `ip-${s}`, times: sorted(times) });
+    list.push({ id: `ip-${s}`, times: sorted(times), offeredLoad: perWindow / tier.limit });
     // Plot a source offering about 1.3x the limit: the interesting regime.
     const distance = Math.abs(perWindow - 1.3 * tier.limit);
     if (distance < plotDistance) {
@@ -234,6 +238,37 @@ export function heavyTailedTrace({ seed = 5, sources = 30_000, windows = 60 }: T
     tier,
     sources: list,
     plot: { source: plotSource, from: EPOCH + 10 * tier.window, to: EPOCH + Math.min(windows, 16) * tier.window, unit: SECONDS },
+    breakdownByLoad: true,
+  };
+}
+
+/**
+ * The sliding window counter's worst case, built on purpose: every second window, a
+ * full limit's worth of requests in its very last millisecond, then a request every
+ * 100 ms through the whole next window. The counter weights the previous window's
+ * units as if they were spread evenly, so it lets the next window fill up to nearly
+ * the limit while those units are all still inside the sliding window: close to twice
+ * the limit in one window's length (2 - 1/limit at most). No randomness.
+ */
+export function slidingWorstCaseTrace({ sources = 10, windows = 240 }: TraceOptions = {}): Trace {
+  const tier: Tier = { limit: 100, window: MINUTE };
+  const gap = 100;
+  const list: Source[] = [];
+  for (let s = 0; s < sources; s++) {
+    const times: number[] = [];
+    for (let w = 0; w + 1 < windows; w += 2) {
+      const next = EPOCH + (w + 1) * tier.window;
+      for (let i = 0; i < tier.limit; i++) times.push(next - 1);
+      for (let time = next; time < next + tier.window; time += gap) times.push(time);
+    }
+    list.push({ id: `client-${s}`, times: sorted(times), offeredLoad: (tier.limit + tier.window / gap) / (2 * tier.limit) });
+  }
+  return {
+    name: 'sliding-worst-case',
+    description: `every second minute, 100 requests in its last ms, then one every 100 ms through the next minute; ${sources} sources x ${windows} minutes`,
+    tier,
+    sources: list,
+    plot: { source: 0, from: EPOCH + 10 * tier.window, to: EPOCH + Math.min(windows, 14) * tier.window, unit: SECONDS },
   };
 }
 
@@ -246,6 +281,7 @@ export const STUDY_TRACES: readonly (() => Trace)[] = [
   () => burstTrace('start'),
   () => burstTrace('end'),
   () => boundaryTrace(),
+  () => slidingWorstCaseTrace(),
   () => diurnalTrace(),
   () => heavyTailedTrace(),
 ];
