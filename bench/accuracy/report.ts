@@ -105,14 +105,14 @@ function scaled(points: Points, from: number, unitMs: number): Points {
 export function tracePlot(result: TraceResult): string {
   const { trace, series } = result;
   const { from, unit } = trace.plot;
-  const series_: Series[] = [
+  const lines: Series[] = [
     { label: 'exact sliding log: true count (ground-truth limiter)', color: '#222222', width: 2.2, points: scaled(series.reference, from, unit.ms) },
   ];
   for (const name of ['sliding-window', 'fixed-window'] as const) {
     const recorded = series.byAlgorithm.get(name);
     if (recorded === undefined) continue;
-    series_.push({ label: `${name}: its estimate`, color: COLORS[name], dash: '7 4', points: scaled(recorded.estimate, from, unit.ms) });
-    series_.push({ label: `${name}: true count of what it allowed`, color: COLORS[name], points: scaled(recorded.truth, from, unit.ms) });
+    lines.push({ label: `${name}: its estimate`, color: COLORS[name], dash: '7 4', points: scaled(recorded.estimate, from, unit.ms) });
+    lines.push({ label: `${name}: true count of what it allowed`, color: COLORS[name], points: scaled(recorded.truth, from, unit.ms) });
   }
   const windowLabel = trace.tier.window >= 86_400_000 ? `${trace.tier.window / 86_400_000} day` : `${trace.tier.window / 1000} s`;
   return renderChart({
@@ -120,7 +120,7 @@ export function tracePlot(result: TraceResult): string {
     subtitle: trace.description,
     xLabel: `time since ${new Date(from).toISOString().replace('.000Z', 'Z')} (${unit.label}); limit ${trace.tier.limit} per ${windowLabel}`,
     yLabel: 'units in the window ending at t',
-    series: series_,
+    series: lines,
     rules: [{ label: `limit (${trace.tier.limit})`, value: trace.tier.limit, color: '#d62728' }],
   });
 }
