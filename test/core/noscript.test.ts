@@ -1,0 +1,80 @@
+/**
+ * NOSCRIPT recovery: after SCRIPT FLUSH (or a Redis restart) the next check reloads the
+ * script by itself and succeeds, counting on from the same state.
+ */
+import { createHash } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { createLimiter, RedisStore } from '../../src';
+import { algorithms } from '../../src/algorithms';
+import type { AlgorithmName } from '../../src/algorithms/types';
+import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { startRedis, type RedisProcess } from '../helpers/redis-server';
+
+const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+let client: Redis;
+let admin: Redis;
+beforeAll(() => {
+  client = redisClient();
+  admin = redisClient();
+});
+afterAll(() => Promise.all([client.quit(), admin.quit()]));
+
+function sha1(text: string): string {
+  return createHash('sha1').update(text).digest('hex');
+}
+
+describe.each(ALGORITHMS)('%s after SCRIPT FLUSH', (algorithm) => {
+  test('the next check succeeds and counts on', async () => {
+    const clock = manualClock();
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 5, window: '1h', algorithm, clock: clock.now, prefix: uniquePrefix('noscript'), denyCacheSize: 0 });
+    expect((await limiter.check('a', { cost: 2 })).allowed).toBe(true);
+    const sha = sha1(algorithms[algorithm].lua);
+    expect(await admin.script('EXISTS', sha)).toEqual([1]);
+    await admin.script('FLUSH');
+    expect(await admin.script('EXISTS', sha)).toEqual([0]);
+
+    const after = await limiter.check('a', { cost: 2 });
+    expect(after.allowed).toBe(true);
+    expect(after.estimated).toBe(4);
+    expect(await admin.script('EXISTS', sha)).toEqual([1]);
+    expect((await limiter.check('a', { cost: 2 })).allowed).toBe(false);
+  });
+
+  test('many parallel checks right after a flush all succeed, and count exactly', async () => {
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 30, window: '1h', algorithm, prefix: uniquePrefix('noscript'), denyCacheSize: 0 });
+    await limiter.check('warm');
+    await admin.script('FLUSH');
+    const decisions = await Promise.all(Array.from({ length: 50 }, () => limiter.check('p')));
+    expect(decisions.filter((decision) => decision.allowed)).toHaveLength(30);
+    await admin.script('FLUSH');
+    await expect(limiter.peek('p')).resolves.toMatchObject({ allowed: false });
+  });
+});
+
+describe('after a Redis restart (scripts and data gone)', () => {
+  let server: RedisProcess;
+  let restartClient: Redis;
+  beforeAll(async () => {
+    server = await startRedis();
+    restartClient = new Redis(server.url, { maxRetriesPerRequest: 1, retryStrategy: () => 20 });
+  });
+  afterAll(async () => {
+    restartClient.disconnect();
+    await server.stop();
+  });
+
+  test('checks work again once the connection is back', async () => {
+    const limiter = createLimiter({ store: new RedisStore({ client: restartClient }), limit: 3, window: '1h', prefix: uniquePrefix('restart'), denyCacheSize: 0 });
+    expect((await limiter.check('a')).allowed).toBe(true);
+    const closed = new Promise((resolve) => restartClient.once('close', resolve));
+    await server.kill();
+    await closed;
+    const ready = new Promise((resolve) => restartClient.once('ready', resolve));
+    await server.restart();
+    // ioredis reconnects; the first check on the new connection loads the script again.
+    await ready;
+    const decision = await limiter.check('a');
+    expect(decision.allowed).toBe(true);
+    expect(decision.estimated).toBe(1); // a fresh server: the old count is gone with it
+  });
+});
