@@ -38,6 +38,8 @@ export class MemoryStore implements Store {
   /** Insertion order is recency order: every access moves its entry to the end. */
   private readonly entries = new Map<string, Entry>();
   private sweeper: IterableIterator<[string, Entry]> | undefined;
+  /** Resumes where the last eviction stopped: see {@link MemoryStore.evictOldest}. */
+  private evictor: IterableIterator<string> | undefined;
   /** The latest time a check ran at: sweeping by it keeps injected clocks consistent. */
   private lastNow = 0;
   private readonly timer: NodeJS.Timeout | undefined;
@@ -71,7 +73,7 @@ export class MemoryStore implements Store {
       this.entries.set(key, entry);
     } else if (result.state !== undefined) {
       this.entries.set(key, { state: result.state, expiresAt: result.expiresAt });
-      if (this.entries.size > this.maxKeys) this.entries.delete(this.entries.keys().next().value!);
+      if (this.entries.size > this.maxKeys) this.evictOldest();
     }
     return Promise.resolve(result.reply);
   }
@@ -79,6 +81,22 @@ export class MemoryStore implements Store {
   reset(key: string): Promise<void> {
     this.entries.delete(key);
     return Promise.resolve();
+  }
+
+  /**
+   * Drops the least recently used entry. A fresh `keys()` iterator would walk past every
+   * slot freed by earlier evictions (V8 compacts a Map only when it rehashes), making each
+   * eviction O(maxKeys); this iterator resumes instead. Nothing live is ever behind it:
+   * every entry it returned was deleted, and a used entry is re-inserted at the end.
+   */
+  private evictOldest(): void {
+    this.evictor ??= this.entries.keys();
+    let next = this.evictor.next();
+    if (next.done) {
+      this.evictor = this.entries.keys();
+      next = this.evictor.next();
+    }
+    if (!next.done) this.entries.delete(next.value);
   }
 
   /** Drops expired entries, examining at most a batch per call and resuming where it stopped. */
@@ -100,5 +118,6 @@ export class MemoryStore implements Store {
     if (this.timer) clearInterval(this.timer);
     this.entries.clear();
     this.sweeper = undefined;
+    this.evictor = undefined;
   }
 }
