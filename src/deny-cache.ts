@@ -21,6 +21,13 @@ interface Denial {
  */
 export class DenyCache {
   private readonly denials = new Map<string, Denial>();
+  /**
+   * Resumes where the last eviction stopped: a fresh `keys()` iterator would walk past every
+   * slot freed by earlier evictions (V8 compacts a Map only when it rehashes), O(capacity)
+   * per eviction. Nothing live is behind it: what it returned was deleted, and a
+   * re-remembered key moves to the end.
+   */
+  private evictor: IterableIterator<string> | undefined;
 
   constructor(private readonly capacity: number) {}
 
@@ -39,7 +46,15 @@ export class DenyCache {
   remember(key: string, decision: Decision, now: number): void {
     this.denials.delete(key);
     this.denials.set(key, { decision, at: now, until: now + decision.retryAfterMs });
-    if (this.denials.size > this.capacity) this.denials.delete(this.denials.keys().next().value!);
+    if (this.denials.size > this.capacity) {
+      this.evictor ??= this.denials.keys();
+      let oldest = this.evictor.next();
+      if (oldest.done) {
+        this.evictor = this.denials.keys();
+        oldest = this.evictor.next();
+      }
+      if (!oldest.done) this.denials.delete(oldest.value);
+    }
   }
 
   delete(key: string): void {
