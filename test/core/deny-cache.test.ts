@@ -5,6 +5,7 @@
  */
 import { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Decision, type Store } from '../../src';
+import { DenyCache } from '../../src/deny-cache';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
@@ -179,5 +180,49 @@ describe('deny cache saves store round trips', () => {
     expect(again.allowed).toBe(false);
     expect(again.cached).toBe(false);
     expect(again.retryAfterMs).toBe(900);
+  });
+});
+
+describe('DenyCache bounds', () => {
+  const denial = (cost = 1) =>
+    ({ allowed: false, retryAfterMs: 60_000, resetAt: 1_700_000_060_000, now: 1_700_000_000_000, cost, cached: false }) as unknown as Decision;
+
+  // Evicting with a fresh Map iterator each time made this O(capacity) per denial: about 7 s
+  // for 1,000,000 denials at the default capacity (10,000) and a minute at 100,000.
+  test('1,000,000 distinct denied identifiers: bounded to the capacity, least recently denied out, fast', () => {
+    const cache = new DenyCache(100_000);
+    const now = 1_700_000_000_000;
+    for (let i = 0; i < 1_000_000; i++) {
+      cache.remember(`id${i}`, denial(), now);
+      if (i === 500) cache.remember('id0', denial(), now); // denied again: most recent again
+    }
+    expect(cache.get('id999999', 1, now)).toMatchObject({ cached: true, retryAfterMs: 60_000 });
+    expect(cache.get('id900000', 1, now)).toBeDefined();
+    expect(cache.get('id899999', 1, now)).toBeUndefined();
+    expect(cache.get('id1', 1, now)).toBeUndefined();
+    expect(cache.get('id0', 1, now)).toBeUndefined(); // re-denied at 501, still long evicted by 1,000,000
+  }, 5_000);
+
+  test('a denied-again key moves to the end of the eviction order', () => {
+    const cache = new DenyCache(3);
+    const now = 1_700_000_000_000;
+    for (const id of ['a', 'b', 'c']) cache.remember(id, denial(), now);
+    cache.remember('a', denial(), now);
+    cache.remember('d', denial(), now); // evicts b
+    expect(['a', 'b', 'c', 'd'].map((id) => cache.get(id, 1, now) !== undefined)).toEqual([true, false, true, true]);
+    cache.remember('e', denial(), now); // evicts c
+    cache.remember('f', denial(), now); // evicts a
+    expect(['a', 'c', 'd', 'e', 'f'].map((id) => cache.get(id, 1, now) !== undefined)).toEqual([false, false, true, true, true]);
+  });
+
+  test('a cached denial expires at its retryAfterMs and is reused only for the same cost', () => {
+    const cache = new DenyCache(10);
+    const now = 1_700_000_000_000;
+    cache.remember('k', denial(2), now);
+    expect(cache.get('k', 1, now)).toBeUndefined();
+    expect(cache.get('k', 3, now)).toBeUndefined();
+    expect(cache.get('k', 2, now + 59_999)).toMatchObject({ retryAfterMs: 1, now: now + 59_999, resetAt: now + 60_000 });
+    expect(cache.get('k', 2, now + 60_000)).toBeUndefined();
+    expect(cache.get('k', 2, now)).toBeUndefined(); // the expired entry was dropped
   });
 });
