@@ -128,6 +128,25 @@ describe.each(stores)('tiers on %s', (_name, makeStore) => {
       expect((await limiter.check('u')).allowed).toBe(true);
     });
 
+    test('when every tier allows now, the binding tier is the one with least left, whatever its position', async () => {
+      const clock = manualClock(START);
+      const limiter = createLimiter({
+        store: makeStore(),
+        limits: [
+          { limit: 10, window: '1s' },
+          { limit: 3, window: '1h' },
+        ],
+        algorithm,
+        clock: clock.now,
+        prefix: uniquePrefix('bind'),
+        denyCacheSize: 0,
+      });
+      const first = await limiter.check('u');
+      expect(first).toMatchObject({ allowed: true, tier: 1, limit: 3, window: HOUR, remaining: 2, resetAt: START });
+      const peek = await limiter.peek('u', { cost: 0 });
+      expect(peek).toMatchObject({ tier: 1, remaining: 2 });
+    });
+
     test('a cost that fits one tier and not the other counts in neither', async () => {
       const { limiter } = setup();
       await limiter.check('u', { cost: 2 });
