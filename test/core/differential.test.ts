@@ -150,8 +150,9 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
         const wrote = fromRedis.allowed && cost > 0 && !peek;
         if (wrote) {
           const expected = expectedTtl(algorithm, tiers, now);
-          // Read in the same MULTI as the write: at most a millisecond may have passed.
-          if (ttl.last! > expected || ttl.last! < expected - 1) {
+          // Read in the same MULTI as the write. Redis does not expire keys inside a MULTI, but
+          // PTTL is counted on its real clock: allow for a server that was descheduled meanwhile.
+          if (ttl.last! < 0 || ttl.last! > expected || ttl.last! < expected - 50) {
             throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a write, expected ${expected}`);
           }
           counts.writes++;
