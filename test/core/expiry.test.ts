@@ -131,8 +131,11 @@ describe('real expiry in Redis (the one place with a real sleep)', () => {
     await Promise.all(limiters.map((limiter) => limiter.check('a')));
     for (const limiter of limiters) {
       const ttl = await pttl(limiter.keyFor('a'));
+      // Never persistent (-1). The fixed window's key may already be gone (it expires at the
+      // end of the current 100 ms window, maybe 1 ms away), the others are still there.
+      if (limiter.algorithm === 'fixed-window' && ttl === -2) continue;
       expect(ttl).toBeGreaterThan(0);
-      expect(ttl).toBeLessThanOrEqual(200);
+      expect(ttl).toBeLessThanOrEqual(limiter.algorithm === 'sliding-window' ? 200 : 100);
     }
     await sleep(260);
     for (const limiter of limiters) expect(await client.exists(limiter.keyFor('a'))).toBe(0);
