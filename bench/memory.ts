@@ -1,0 +1,270 @@
+/**
+ * `npm run bench:memory`: Redis memory per identifier for each algorithm.
+ *
+ * Starts its own redis-server, then per algorithm: FLUSHALL, run the algorithm's real Lua
+ * script once per identifier for 1,000,000 distinct identifiers (pipelined through ioredis,
+ * batches of 1,000 calls of the command registered with `defineCommand`, as RedisStore
+ * does), and compare `used_memory` from `INFO memory` before and after. Keys are built by
+ * the limiter's own `keyFor`. Writes bench/memory-results.md.
+ *
+ * Environment: BENCH_IDS (default 1000000), BENCH_OUT (default bench/memory-results.md; `-` for none).
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { join, resolve } from 'node:path';
+import Redis from 'ioredis';
+import { algorithms, type AlgorithmName } from '../src/algorithms';
+import { createLimiter } from '../src/limiter';
+import { startRedis } from '../test/helpers/redis-server';
+
+const ROOT = resolve(__dirname, '..');
+const IDS = Number(process.env.BENCH_IDS ?? 1_000_000);
+const BATCH = 1000;
+const OUT = process.env.BENCH_OUT ?? join(ROOT, 'bench', 'memory-results.md');
+const PREFIX = 'rl';
+const LIMIT = 100;
+const WINDOW = '1m';
+const TARGET_SLIDING_WINDOW = 150;
+
+/** The n-th identifier, as `byIp()` would produce for a client in 10.0.0.0/8: `ip:10.x.y.z`. */
+function identifier(n: number): string {
+  return `ip:10.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
+}
+
+/** One measured configuration. */
+interface Variant {
+  algorithm: AlgorithmName;
+  /** Units counted per identifier, in one check. */
+  cost: number;
+  window: string;
+  /** Why this row is here. */
+  note: string;
+}
+
+const VARIANTS: readonly Variant[] = [
+  { algorithm: 'sliding-window', cost: 1, window: WINDOW, note: 'the target case: one request per identifier' },
+  { algorithm: 'fixed-window', cost: 1, window: WINDOW, note: 'one request per identifier' },
+  { algorithm: 'sliding-log', cost: 1, window: WINDOW, note: 'one request per identifier' },
+  { algorithm: 'sliding-window', cost: 10, window: WINDOW, note: 'counts of two digits (10 counted), as soon as a client has made 10 requests in the window' },
+];
+
+interface Row extends Variant {
+  before: number;
+  after: number;
+  keys: number;
+  perIdentifier: number;
+  sampleKey: string;
+  sampleType: string;
+  sampleValue: string;
+  memoryUsage: number;
+  seconds: number;
+}
+
+async function usedMemory(client: Redis): Promise<number> {
+  const info = await client.info('memory');
+  return Number(/used_memory:(\d+)/.exec(info)![1]);
+}
+
+/** Waits until the main and expires dictionaries have finished incremental rehashing, so no half-moved table is counted. */
+async function settle(client: Redis): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    const stats = String(await client.call('DEBUG', 'HTSTATS', '0'));
+    if (!/Rehashing|rehashing target/i.test(stats)) return;
+    await new Promise((done) => setTimeout(done, 100));
+  }
+}
+
+async function measure(client: Redis, variant: Variant): Promise<Row> {
+  const { algorithm, cost, window } = variant;
+  const limiter = createLimiter({ limit: LIMIT, window, algorithm, prefix: PREFIX });
+  const { lua } = algorithms[algorithm];
+  const command = `bench_${algorithm.replace(/-/g, '_')}`;
+  if (typeof (client as unknown as Record<string, unknown>)[command] !== 'function') client.defineCommand(command, { numberOfKeys: 1, lua });
+  const tierArgs = limiter.tiers.flatMap((tier) => [tier.limit, tier.window]);
+
+  await client.flushall();
+  // Load the script (its cache entry is not per-identifier memory) before the baseline.
+  await (client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[command](limiter.keyFor('warm-up'), '', 1, '0', ...tierArgs);
+  await client.flushall();
+  await settle(client);
+  const before = await usedMemory(client);
+
+  // A fixed clock at the start of the current window, passed as ARGV[1]: every key then lives a
+  // whole window (fixed window) or more from its write, so none expires before it is counted.
+  const now = String(Math.floor(Date.now() / limiter.tiers[0].window) * limiter.tiers[0].window);
+  const started = process.hrtime.bigint();
+  for (let start = 0; start < IDS; start += BATCH) {
+    const pipeline = client.pipeline() as unknown as Record<string, (...args: unknown[]) => unknown> & { exec(): Promise<[Error | null, unknown][]> };
+    for (let n = start; n < Math.min(IDS, start + BATCH); n++) {
+      // ARGV: now, cost, dry run, then limit and window per tier.
+      pipeline[command](limiter.keyFor(identifier(n)), now, cost, '0', ...tierArgs);
+    }
+    const results = await pipeline.exec();
+    const failed = results.find(([error]) => error !== null);
+    if (failed) throw failed[0];
+  }
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  await settle(client);
+  const after = await usedMemory(client);
+  const keys = await client.dbsize();
+  if (keys !== IDS) process.stderr.write(`warning: ${keys} keys for ${IDS} identifiers (some expired?)\n`);
+  const sampleKey = limiter.keyFor(identifier(Math.floor(IDS / 2)));
+  const sampleType = await client.type(sampleKey);
+  const sampleValue =
+    sampleType === 'string'
+      ? JSON.stringify(await client.get(sampleKey))
+      : JSON.stringify(await client.call('ZRANGE', sampleKey, '0', '-1', 'WITHSCORES'));
+  const memoryUsage = Number(await client.call('MEMORY', 'USAGE', sampleKey, 'SAMPLES', '0'));
+  return { ...variant, before, after, keys, perIdentifier: (after - before) / IDS, sampleKey, sampleType, sampleValue, memoryUsage, seconds };
+}
+
+/** An alternative layout for the sliding window, emulated with plain commands (not this package's script). */
+interface WhatIf {
+  name: string;
+  /** Queues the writes for identifier `n` (value = what the script would store for one request). */
+  write(pipeline: ReturnType<Redis['pipeline']>, n: number, value: string): void;
+}
+
+const BUCKETS = Math.max(1, Math.floor(IDS / 100));
+
+const WHAT_IFS: readonly WhatIf[] = [
+  {
+    name: 'same layout, value `index:current:previous` as now, through `SET key value PX 120000` (checks the emulation against the script)',
+    write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, value, 'PX', 120_000),
+  },
+  {
+    name: 'same layout, value of 13 characters (as with a count of 10 or more, or a window shorter than about 18 s, whose index has 9 digits or more): the next allocation class',
+    write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, `${value}0`.padEnd(13, '0'), 'PX', 120_000),
+  },
+  {
+    name: 'same layout without a TTL (for scale only: the TTL is needed)',
+    write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, value),
+  },
+  {
+    name: `hash buckets: \`HSET ${PREFIX}:{bucket} <identifier> <value>\`, ${BUCKETS.toLocaleString('en-US')} buckets of ~100 fields (listpack encoding), a TTL per bucket, none per identifier`,
+    write: (pipeline, n, value) => {
+      const key = `${PREFIX}:{${n % BUCKETS}}`;
+      pipeline.hset(key, identifier(n), value);
+      pipeline.pexpire(key, 120_000);
+    },
+  },
+];
+
+async function measureWhatIf(client: Redis, whatIf: WhatIf, value: string): Promise<number> {
+  await client.flushall();
+  await settle(client);
+  const before = await usedMemory(client);
+  for (let start = 0; start < IDS; start += BATCH) {
+    const pipeline = client.pipeline();
+    for (let n = start; n < Math.min(IDS, start + BATCH); n++) whatIf.write(pipeline, n, value);
+    await pipeline.exec();
+  }
+  await settle(client);
+  return ((await usedMemory(client)) - before) / IDS;
+}
+
+function cpuModel(): string {
+  const line = readFileSync('/proc/cpuinfo', 'utf8').split('\n').find((l) => l.startsWith('model name'));
+  return line ? line.split(':')[1].trim() : 'unknown';
+}
+
+/** Stops redis-server, keeping the event loop alive meanwhile (the helper's child process is unref'd). */
+async function stopRedis(redis: { stop(): Promise<void> }): Promise<void> {
+  const keepAlive = setInterval(() => undefined, 1000);
+  try {
+    await redis.stop();
+  } finally {
+    clearInterval(keepAlive);
+  }
+}
+
+async function main(): Promise<void> {
+  const started = new Date();
+  // DEBUG HTSTATS tells when the key dictionaries have finished rehashing.
+  const redis = await startRedis(['--enable-debug-command', 'local']);
+  const client = new Redis({ host: '127.0.0.1', port: redis.port, lazyConnect: true });
+  await client.connect();
+  const info = await client.info('server');
+  const redisVersion = /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown';
+  const allocator = /mem_allocator:(\S+)/.exec(await client.info('memory'))?.[1] ?? 'unknown';
+  const rows: Row[] = [];
+  const whatIfs: { name: string; bytes: number }[] = [];
+  try {
+    for (const variant of VARIANTS) {
+      process.stderr.write(`${variant.algorithm}, cost ${variant.cost}, window ${variant.window}: ${IDS.toLocaleString('en-US')} identifiers... `);
+      const row = await measure(client, variant);
+      process.stderr.write(`${row.perIdentifier.toFixed(1)} bytes each (${row.seconds.toFixed(1)} s)\n`);
+      rows.push(row);
+    }
+    const value = rows[0].sampleValue.replace(/"/g, '');
+    for (const whatIf of WHAT_IFS) {
+      const bytes = await measureWhatIf(client, whatIf, value);
+      process.stderr.write(`what if: ${bytes.toFixed(1)} bytes: ${whatIf.name}\n`);
+      whatIfs.push({ name: whatIf.name, bytes });
+    }
+  } finally {
+    await client.quit().catch(() => undefined);
+    await stopRedis(redis);
+  }
+
+  const lines: string[] = [];
+  lines.push('# Redis memory per identifier', '');
+  lines.push(`Generated by \`npm run bench:memory\` (bench/memory.ts) on ${started.toISOString()}.`, '');
+  lines.push('| | |', '| --- | --- |');
+  lines.push(`| machine | ${cpus().length} CPUs, ${cpuModel()}, node ${process.version} |`);
+  lines.push(`| redis | redis-server ${redisVersion}, allocator ${allocator}, default settings, no persistence, started by the bench |`);
+  lines.push(
+    `| method | per algorithm: \`FLUSHALL\`, \`used_memory\` (INFO memory) before; ${IDS.toLocaleString('en-US')} distinct identifiers each checked once (cost 1, so each is counted once, with a fixed \`now\` at the start of the current window so no key expires during the run) through the algorithm's real Lua script, registered with ioredis \`defineCommand\` and sent in pipelines of ${BATCH.toLocaleString('en-US')}; \`used_memory\` after, once the key dictionaries finished rehashing. Bytes per identifier = (after − before) ÷ identifiers |`,
+  );
+  lines.push(
+    `| keys | prefix \`${PREFIX}\`, identifiers as \`byIp()\` makes them for 10.0.0.0/8 clients (\`ip:10.x.y.z\`), so keys look like \`${rows[0]?.sampleKey ?? ''}\`; limit ${LIMIT} per window |`,
+  );
+  lines.push('');
+  lines.push('| algorithm | counted per identifier | window | bytes per identifier | used_memory before | used_memory after | keys | sample key | type | sample value | `MEMORY USAGE` of the sample | why |');
+  lines.push('| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | --- |');
+  for (const row of rows) {
+    lines.push(
+      `| ${row.algorithm} | ${row.cost} | ${row.window} | **${row.perIdentifier.toFixed(1)}** | ${row.before.toLocaleString('en-US')} | ${row.after.toLocaleString('en-US')} | ${row.keys.toLocaleString('en-US')} | \`${row.sampleKey}\` | ${row.sampleType} | \`${row.sampleValue}\` | ${row.memoryUsage} | ${row.note} |`,
+    );
+  }
+  lines.push('');
+  const sliding = rows[0];
+  if (sliding) {
+    const met = sliding.perIdentifier <= TARGET_SLIDING_WINDOW;
+    lines.push(
+      `Target for the sliding window (one request per identifier, ${WINDOW} window): ≤ ${TARGET_SLIDING_WINDOW} bytes per identifier: **${met ? 'met' : 'missed'}** (${sliding.perIdentifier.toFixed(1)} bytes).`,
+      '',
+    );
+  }
+  lines.push('## Where the bytes go, and what would change them', '');
+  lines.push(
+    `Alternative layouts for the sliding window, emulated with plain commands on the same ${IDS.toLocaleString('en-US')} identifiers (value \`${rows[0]?.sampleValue.replace(/"/g, '') ?? ''}\`); these are measurements of what a change would give, not of this package:`,
+    '',
+  );
+  lines.push('| layout | bytes per identifier |', '| --- | ---: |');
+  for (const whatIf of whatIfs) lines.push(`| ${whatIf.name} | ${whatIf.bytes.toFixed(1)} |`);
+  lines.push('');
+  if (whatIfs.length >= 3) {
+    lines.push(
+      'Reading: with one string key per identifier, each identifier costs an entry in the main dictionary, the key string, the value object, ' +
+        'an entry in the expires dictionary and a bucket pointer in each of the two dictionaries, every allocation rounded up to a jemalloc size class (16, 32, 48... bytes). ' +
+        'The value is an embedded string of 16 (object) + 3 (string header) + length + 1 bytes: it fits 32 bytes up to 12 characters and takes 48 from 13 characters on, ' +
+        `which is the step between the one-request row and two-digit counts (${(whatIfs[1].bytes - whatIfs[0].bytes).toFixed(1)} bytes). ` +
+        `The TTL (expires entry and bucket) costs ${(whatIfs[0].bytes - whatIfs[2].bytes).toFixed(1)} bytes. ` +
+        'Shortening the key or the value below those class boundaries is the only way down within this layout (e.g. a value packed in binary, at most 12 bytes, avoids the step to 48); ' +
+        'grouping identifiers into small hashes is the way to a several-fold reduction, at the price of per-identifier expiry (hash-field TTLs need Redis 7.4) and of a different key layout.',
+      '',
+    );
+  }
+  const markdown = lines.join('\n');
+  process.stdout.write(`${markdown}\n`);
+  if (OUT !== '-') {
+    writeFileSync(OUT, markdown);
+    process.stderr.write(`written to ${OUT}\n`);
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});
