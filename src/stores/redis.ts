@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import type { Algorithm, RawReply } from '../algorithms/types';
 import { rejectUnknownKeys } from '../options';
@@ -20,9 +21,17 @@ export class StoreUnavailableError extends Error {
 
 type ScriptRunner = (key: string, ...args: (string | number)[]) => Promise<RawReply>;
 
+/** Per client: whether it was ever ready, and the scripts (bodies and SHA-1s) this package runs on it. */
+interface ClientState {
+  everReady: boolean;
+  readonly scripts: Set<string>;
+}
+
 const OPTIONS = new Set(['client']);
-/** Clients on which this package's scripts are defined, with whether they were ever ready. */
-const prepared = new WeakMap<Redis | Cluster, { everReady: boolean }>();
+/** Clients on which this package's scripts are defined, with their state. */
+const prepared = new WeakMap<Redis | Cluster, ClientState>();
+/** Position of the dry-run flag in an EVAL or EVALSHA of a check: script, 1, key, now, cost, dryRun, ... */
+const DRY_RUN_ARG = 5;
 
 function commandName(algorithm: Algorithm): string {
   return `slidingWindowLimiter_${algorithm.name.replace(/-/g, '_')}`;
@@ -37,7 +46,7 @@ function commandName(algorithm: Algorithm): string {
 export class RedisStore implements Store {
   readonly client: Redis | Cluster;
   readonly needsTimeout = true;
-  private readonly connection: { everReady: boolean };
+  private readonly connection: ClientState;
   private readonly runners = new Map<Algorithm, ScriptRunner>();
 
   constructor(options: RedisStoreOptions) {
@@ -50,11 +59,12 @@ export class RedisStore implements Store {
     this.client = client;
     let connection = prepared.get(client);
     if (!connection) {
-      connection = { everReady: client.status === 'ready' };
+      connection = { everReady: client.status === 'ready', scripts: new Set() };
       const state = connection;
       client.on('ready', () => {
         state.everReady = true;
       });
+      client.on('close', () => abandonUnanswered(client, state));
       prepared.set(client, connection);
     }
     this.connection = connection;
@@ -87,7 +97,30 @@ export class RedisStore implements Store {
       }
       runner = client[name].bind(this.client);
       this.runners.set(algorithm, runner);
+      this.connection.scripts.add(algorithm.lua);
+      this.connection.scripts.add(createHash('sha1').update(algorithm.lua).digest('hex'));
     }
     return runner;
+  }
+}
+
+/**
+ * When a connection drops, ioredis keeps the commands that were sent but not answered and,
+ * with `autoResendUnfulfilledCommands` (on by default), sends them again once it has
+ * reconnected, however long that took: a check the limiter has already reported failed
+ * (timed out, failed open) would be counted when Redis comes back. This runs on `close`,
+ * while those commands are still in the client's `commandQueue` (ioredis replaces the queue
+ * only when it connects again): ours fail now, and become dry runs, so that a resent one
+ * counts nothing. A Cluster has no such queue; its node connections are not resent.
+ */
+function abandonUnanswered(client: Redis | Cluster, state: ClientState): void {
+  const queue = (client as Partial<Redis>).commandQueue;
+  if (queue === undefined) return;
+  for (let i = 0; i < queue.length; i++) {
+    const command = queue.peekAt(i)?.command;
+    if (command === undefined || (command.name !== 'evalsha' && command.name !== 'eval')) continue;
+    if (!state.scripts.has(String(command.args[0]))) continue;
+    command.args[DRY_RUN_ARG] = '1';
+    command.reject(new StoreUnavailableError('Redis connection lost before the check was answered'));
   }
 }
