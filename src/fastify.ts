@@ -8,7 +8,7 @@
  * app.get('/search', { config: { rateLimit: { limit: 10, window: '1s' } } }, search);
  * app.get('/health', { config: { rateLimit: false } }, health);
  */
-import type { FastifyPluginCallback, FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler, RouteOptions } from 'fastify';
+import type { FastifyInstance, FastifyPluginCallback, FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler, RouteOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import { COUNTING_OPTIONS, HTTP_OPTIONS, HttpLimiter, type HttpOptions, type Outcome, SERVICE_UNAVAILABLE, createHttpLimiter } from './http';
 import type { Limiter } from './limiter';
@@ -104,7 +104,7 @@ function routeOptions(base: RouteRateLimitOptions, route: RouteRateLimitOptions,
   return merged as RouteRateLimitOptions;
 }
 
-const plugin: FastifyPluginCallback<FastifyRateLimitOptions> = (fastify, options, done) => {
+function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): void {
   const { global = true, ...shared } = options;
   if (typeof global !== 'boolean') throw new TypeError(`global: must be true or false, got ${describe(global)}`);
   const base = createHttpLimiter<FastifyRequest>(shared, PLUGIN_OPTIONS, 'rateLimitPlugin');
@@ -126,6 +126,17 @@ const plugin: FastifyPluginCallback<FastifyRateLimitOptions> = (fastify, options
     const existing = route.onRequest;
     route.onRequest = existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing as onRequestHookHandler, hook];
   });
+}
+
+const plugin: FastifyPluginCallback<FastifyRateLimitOptions> = (fastify, options, done) => {
+  try {
+    register(fastify, options);
+  } catch (error) {
+    // Invalid options must fail the registration. avvio does not catch a callback plugin's
+    // synchronous throw: it escapes as an uncaught exception and ready() never settles.
+    done(error as Error);
+    return;
+  }
   done();
 };
 
