@@ -155,10 +155,10 @@ export function resolveTiers(options: Pick<LimiterOptions, 'limit' | 'window' | 
     return options.limits.map((tier, i) => {
       if (tier === null || typeof tier !== 'object') throw new TypeError(`limits[${i}]: must be an object { limit, window }`);
       rejectUnknownKeys(tier, TIER_OPTIONS, `limits[${i}]`);
-      return makeTier(tier.limit, tier.window ?? '1m', `limits[${i}].`);
+      return makeTier(tier.limit, tier.window === undefined ? '1m' : tier.window, `limits[${i}].`);
     });
   }
-  return [makeTier(options.limit ?? 100, options.window ?? '1m', '')];
+  return [makeTier(options.limit === undefined ? 100 : options.limit, options.window === undefined ? '1m' : options.window, '')];
 }
 
 function makeTier(limitOption: unknown, windowOption: unknown, path: string): Tier {
@@ -189,9 +189,9 @@ class SlidingWindowLimiter implements Limiter {
     if (typeof this.store.check !== 'function' || typeof this.store.reset !== 'function') {
       throw new TypeError('store: must be a RedisStore, a MemoryStore or another Store implementation');
     }
-    this.algorithm = oneOf(options.algorithm ?? 'sliding-window', ALGORITHMS, 'algorithm');
+    this.algorithm = oneOf(options.algorithm === undefined ? 'sliding-window' : options.algorithm, ALGORITHMS, 'algorithm');
     this.implementation = algorithms[this.algorithm];
-    const prefix = options.prefix ?? 'rl';
+    const prefix = options.prefix === undefined ? 'rl' : options.prefix;
     if (typeof prefix !== 'string' || prefix.length === 0 || /[{}\s]/.test(prefix)) {
       throw new TypeError(`prefix: must be a non-empty string without braces or white space, got ${describe(prefix)}`);
     }

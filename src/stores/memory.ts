@@ -40,8 +40,13 @@ export class MemoryStore implements Store {
   private sweeper: IterableIterator<[string, Entry]> | undefined;
   /** Resumes where the last eviction stopped: see {@link MemoryStore.evictOldest}. */
   private evictor: IterableIterator<string> | undefined;
-  /** The latest time a check ran at: sweeping by it keeps injected clocks consistent. */
+  /**
+   * The latest time a check ran at. The timer sweeps by it when checks bring their own
+   * (injected) clock, so virtual time is never judged by the wall clock, and by the wall
+   * clock otherwise, so an idle store still frees its expired entries.
+   */
   private lastNow = 0;
+  private ownClock = false;
   private readonly timer: NodeJS.Timeout | undefined;
 
   constructor(options: MemoryStoreOptions = {}) {
@@ -50,7 +55,7 @@ export class MemoryStore implements Store {
     this.maxKeys = options.maxKeys === undefined ? 100_000 : positiveInteger(options.maxKeys, 'maxKeys');
     const sweepIntervalMs = options.sweepIntervalMs === undefined ? 1_000 : nonNegativeInteger(options.sweepIntervalMs, 'sweepIntervalMs');
     if (sweepIntervalMs > 0) {
-      this.timer = setInterval(() => this.sweep(this.lastNow), sweepIntervalMs);
+      this.timer = setInterval(() => this.sweep(this.ownClock ? Date.now() : this.lastNow), sweepIntervalMs);
       this.timer.unref();
     }
   }
@@ -61,6 +66,7 @@ export class MemoryStore implements Store {
   }
 
   check(algorithm: Algorithm, key: string, { now, cost, dryRun, tiers }: StoreCheck): Promise<RawReply> {
+    if (now === undefined) this.ownClock = true;
     const at = now === undefined ? Date.now() : now;
     if (at > this.lastNow) this.lastNow = at;
     let entry = this.entries.get(key);

@@ -154,3 +154,14 @@ describe('store options', () => {
     store.shutdown();
   });
 });
+
+describe('null is not a default', () => {
+  test.each([
+    ['limit', { limit: null }],
+    ['window', { window: null }],
+    ['algorithm', { algorithm: null }],
+    ['prefix', { prefix: null }],
+  ])('%s: null throws a TypeError naming the option', (name, options) => {
+    expect(() => createLimiter(options as never)).toThrow(new RegExp(`^${name}:`));
+  });
+});
