@@ -32,7 +32,7 @@ declare module 'fastify' {
      * Rate limiting of this route: `false` to exempt it, or options overriding the
      * plugin's. A route that changes how counting is done (limit, window, limits,
      * algorithm, store, prefix...) counts in its own key space, `<prefix>:<METHOD>:<url>`
-     * unless it names its own prefix.
+     * unless it names its own prefix. HEAD counts as GET.
      */
     rateLimit?: RouteRateLimitOptions | false;
   }
@@ -119,7 +119,9 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
         throw new TypeError(`config.rateLimit of ${route.method} ${route.url}: must be an options object or false, got ${describe(config)}`);
       }
       rejectUnknownKeys(config, HTTP_OPTIONS, `config.rateLimit of ${route.method} ${route.url}`);
-      const method = Array.isArray(route.method) ? route.method.join(',') : route.method;
+      // HEAD runs the GET handler (Fastify adds a HEAD route for every GET route): it counts
+      // with GET, or HEAD requests would get a second quota of a route's own limit.
+      const method = Array.isArray(route.method) ? route.method.join(',') : route.method === 'HEAD' ? 'GET' : route.method;
       http = new HttpLimiter<FastifyRequest>(routeOptions(shared, config, `${method}:${route.url}`, base.limiter));
     }
     const hook = onRequestHook(http);
