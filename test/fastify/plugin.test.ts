@@ -260,6 +260,29 @@ describe('per-route config.rateLimit', () => {
     expect((await get(app, '/by-header', { 'x-id': 'other' })).statusCode).toBe(200);
   });
 
+  test('options that do not change the counting (timeoutMs, denyCacheSize, failMode, headers) keep the plugin counts', async () => {
+    const { app, prefix, handler } = await setup({ limit: 3 });
+    app.get('/global', handler);
+    app.get('/tuned', { config: { rateLimit: { timeoutMs: 50, denyCacheSize: 0, failMode: 'closed', headers: 'draft-7' } } }, handler);
+    expect((await get(app, '/tuned')).headers['ratelimit']).toBe('limit=3, remaining=2, reset=0');
+    expect((await get(app, '/global')).headers['x-ratelimit-remaining']).toBe('1');
+    expect(await client.exists(`${prefix}:GET:/tuned:client`)).toBe(0);
+  });
+
+  test("Fastify's automatic HEAD route counts with its GET route: HEAD does not get a second quota", async () => {
+    const { app, handler, hits } = await setup({ limit: 10 });
+    app.get('/search', { config: { rateLimit: { limit: 2 } } }, handler);
+    await app.ready();
+    const head = () => request(app.server).head('/search');
+    expect((await get(app, '/search')).statusCode).toBe(200);
+    const headed = await head();
+    expect(headed.status).toBe(200);
+    expect(headed.headers['x-ratelimit-remaining']).toBe('0');
+    expect((await head()).status).toBe(429);
+    expect((await get(app, '/search')).statusCode).toBe(429);
+    expect(hits).toEqual(['/search', '/search']);
+  });
+
   test('config.rateLimit: false exempts a route', async () => {
     const { app, handler, hits } = await setup({ limit: 1 });
     app.get('/global', handler);
