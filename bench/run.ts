@@ -1,0 +1,527 @@
+/**
+ * `npm run bench`: throughput and latency of this package against the bare frameworks
+ * and the usual alternatives, each backed by Redis on loopback.
+ *
+ * One command: starts its own redis-server on a free port, one server child process per
+ * framework/limiter (bench/server.ts), and drives each with wrk (bench/wrk.ts). Writes
+ * bench/results.md.
+ *
+ * Environment:
+ * - BENCH_DURATION  seconds measured per cell (default 4)
+ * - BENCH_WARMUP    seconds of load before a cell's first measurement, not counted (default 1)
+ * - BENCH_ROUNDS    measurements per cell, interleaved (default 2); the best is reported
+ * - BENCH_CONNECTIONS  wrk connections (default 64)
+ * - BENCH_PIN       `1` (default): server on CPU 0, wrk and redis-server on CPU 1 (when there are 2+ CPUs); `0`: no pinning
+ * - BENCH_ONLY      comma-separated filter of cells, e.g. `fastify:swl,fastify:bare` or `c`
+ * - BENCH_PROFILE   comma-separated `framework:limiter` servers to run under `node --cpu-prof` (profiles in bench/.tmp/profiles)
+ * - BENCH_PEER_CLIENT  `default` (peers get a default ioredis client, as their READMEs show) or `same` (this package's options)
+ * - BENCH_OUT       where to write the markdown (default bench/results.md; `-` for none)
+ * - BENCH_WAIT_IDLE seconds to wait, at most, for other processes to leave the CPUs alone before starting (default 0)
+ *
+ * Each measurement also records the CPU time (from /proc) of the server, redis-server and
+ * wrk, and what the rest of the machine used meanwhile ("other"), so a loaded machine shows.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { join, resolve } from 'node:path';
+import Redis from 'ioredis';
+import { startRedis } from '../test/helpers/redis-server';
+import { compileForBench } from './compile';
+import { describeWrk, runWrk, type Traffic, type WrkResult } from './wrk';
+
+const ROOT = resolve(__dirname, '..');
+const DURATION = Number(process.env.BENCH_DURATION ?? 4);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const CPU_COUNT = cpus().length;
+const PIN = process.env.BENCH_PIN !== '0' && CPU_COUNT >= 2;
+const SERVER_CPUS = PIN ? '0' : undefined;
+const LOAD_CPUS = PIN ? '1' : undefined;
+const ONLY = (process.env.BENCH_ONLY ?? '').split(',').filter(Boolean);
+const PROFILE = new Set((process.env.BENCH_PROFILE ?? '').split(',').filter(Boolean));
+const PEER_CLIENT = process.env.BENCH_PEER_CLIENT ?? 'default';
+const OUT = process.env.BENCH_OUT ?? join(ROOT, 'bench', 'results.md');
+const PROFILE_DIR = join(ROOT, 'bench', '.tmp', 'profiles');
+
+/** A high limit never reached in (a) and (b); a low one the flood of (c) is far over. */
+const HIGH_LIMIT = 1_000_000_000;
+const LOW_LIMIT = 100;
+const WINDOW_MS = 60_000;
+const IDS = 100_000;
+
+type Framework = 'express' | 'fastify';
+type LimiterName = 'bare' | 'floor' | 'swl' | 'swl0' | 'erl' | 'rlf' | 'frl';
+
+const LIMITER_LABELS: Record<LimiterName, string> = {
+  bare: 'bare (no limiter)',
+  floor: 'floor: no limiter, every request answered with the same 429 as this package (headers + JSON body)',
+  swl: '**sliding-window-limiter** (this package)',
+  swl0: 'sliding-window-limiter, client without auto-pipelining',
+  erl: 'express-rate-limit + rate-limit-redis',
+  rlf: 'rate-limiter-flexible (RateLimiterRedis, middleware in bench/server.ts)',
+  frl: '@fastify/rate-limit (redis)',
+};
+
+const CONFIGS: readonly { framework: Framework; limiters: readonly LimiterName[] }[] = [
+  { framework: 'express', limiters: ['bare', 'floor', 'swl', 'swl0', 'erl', 'rlf'] },
+  { framework: 'fastify', limiters: ['bare', 'floor', 'swl', 'swl0', 'frl', 'rlf'] },
+];
+
+interface Scenario {
+  id: 'a' | 'b' | 'c';
+  title: string;
+  limit: number;
+  traffic: Traffic;
+  /** Count statuses per response in wrk's Lua (only where the mix matters). */
+  countStatuses: boolean;
+}
+
+const SCENARIOS: readonly Scenario[] = [
+  { id: 'a', title: '(a) allowed traffic, one identifier', limit: HIGH_LIMIT, traffic: { kind: 'one', id: 'user:1' }, countStatuses: false },
+  { id: 'b', title: `(b) allowed traffic over ${IDS.toLocaleString('en-US')} identifiers`, limit: HIGH_LIMIT, traffic: { kind: 'many', count: IDS }, countStatuses: false },
+  { id: 'c', title: `(c) flood from one identifier over its limit (${LOW_LIMIT} per ${WINDOW_MS / 1000} s)`, limit: LOW_LIMIT, traffic: { kind: 'one', id: 'user:flood' }, countStatuses: true },
+];
+
+/** CPU used during one measurement, in cores (CPU seconds per wall second). */
+interface CpuShare {
+  server: number;
+  redis: number;
+  wrk: number;
+  /** Everything else on the machine: other engineers' processes, idle servers, the kernel's share not charged to ours. */
+  other: number;
+  /** Server CPU microseconds per request answered. */
+  serverUsPerRequest: number;
+}
+
+interface Run extends WrkResult {
+  cpu: CpuShare;
+}
+
+interface Cell {
+  scenario: Scenario;
+  framework: Framework;
+  limiter: LimiterName;
+  runs: Run[];
+}
+
+interface Server {
+  framework: Framework;
+  limiter: LimiterName;
+  port: number;
+  child: ChildProcess;
+}
+
+/** The floor (a bare 429) only means something where the limiter denies. */
+const ONLY_IN: Partial<Record<LimiterName, readonly Scenario['id'][]>> = { floor: ['c'] };
+
+const selected = (framework: Framework, limiter: LimiterName, scenario: Scenario['id']): boolean =>
+  (ONLY_IN[limiter]?.includes(scenario) ?? true) &&
+  (ONLY.length === 0 ||
+  ONLY.some((filter) => filter === scenario || filter === framework || filter === `${framework}:${limiter}` || filter === `${framework}:${limiter}:${scenario}`));
+
+function log(message: string): void {
+  process.stderr.write(`${message}\n`);
+}
+
+let buildDir = '';
+
+function startServer(framework: Framework, limiter: LimiterName, limit: number, redisPort: number): Promise<Server> {
+  const profile = PROFILE.has(`${framework}:${limiter}`);
+  if (profile) mkdirSync(PROFILE_DIR, { recursive: true });
+  const nodeArgs = [
+    ...(profile ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR, '--cpu-prof-name', `${framework}-${limiter}-limit${limit}-${Date.now()}.cpuprofile`] : []),
+    join(buildDir, 'bench', 'server.js'),
+  ];
+  const [command, args] = SERVER_CPUS === undefined ? [process.execPath, nodeArgs] : ['taskset', ['-c', SERVER_CPUS, process.execPath, ...nodeArgs]];
+  const child = spawn(command, args, {
+    cwd: ROOT,
+    env: {
+      ...process.env,
+      NODE_ENV: 'production',
+      BENCH_FRAMEWORK: framework,
+      BENCH_LIMITER: limiter,
+      BENCH_LIMIT: String(limit),
+      BENCH_WINDOW_MS: String(WINDOW_MS),
+      BENCH_REDIS_PORT: String(redisPort),
+      BENCH_PEER_CLIENT: PEER_CLIENT,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => {
+    // Keep only the start: a failing limiter can log on every request.
+    if (stderr.length < 4000) stderr += chunk.toString();
+  });
+  return new Promise((resolvePort, reject) => {
+    let stdout = '';
+    const timer = setTimeout(() => reject(new Error(`${framework}/${limiter} server did not start: ${stderr}`)), 30_000);
+    child.stdout!.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+      const match = /READY (\d+)/.exec(stdout);
+      if (match) {
+        clearTimeout(timer);
+        resolvePort({ framework, limiter, port: Number(match[1]), child });
+      }
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${framework}/${limiter} server exited (${code}): ${stderr}`));
+    });
+  });
+}
+
+function stopServer(server: Server): Promise<void> {
+  if (server.child.exitCode !== null || server.child.signalCode !== null) return Promise.resolve();
+  return new Promise((done) => {
+    server.child.once('exit', () => done());
+    server.child.kill('SIGTERM');
+  });
+}
+
+function pinRedis(pid: number): void {
+  if (LOAD_CPUS === undefined) return;
+  execFileSync('taskset', ['-a', '-p', '-c', LOAD_CPUS, String(pid)], { stdio: 'ignore' });
+}
+
+const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+
+/** CPU seconds a process has used (all its threads). */
+function processCpu(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return 0;
+  }
+}
+
+/** CPU seconds the whole machine has been busy (user, nice, system, irq, softirq). */
+function machineBusy(): number {
+  const [, user, nice, system, , , irq, softirq] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).map(Number);
+  return (user + nice + system + irq + softirq) / CLOCK_TICKS;
+}
+
+/** Cores used by everything but this bench's own processes, over `seconds`. */
+async function foreignLoad(seconds: number, own: () => number): Promise<number> {
+  const busy = machineBusy();
+  const mine = own() + process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6;
+  await new Promise((done) => setTimeout(done, seconds * 1000));
+  const mineAfter = own() + process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6;
+  return Math.max(0, machineBusy() - busy - (mineAfter - mine)) / seconds;
+}
+
+function cpuModel(): string {
+  const line = readFileSync('/proc/cpuinfo', 'utf8').split('\n').find((l) => l.startsWith('model name'));
+  return line ? line.split(':')[1].trim() : cpus()[0]?.model ?? 'unknown';
+}
+
+function version(pkg: string): string {
+  return (JSON.parse(readFileSync(join(ROOT, 'node_modules', pkg, 'package.json'), 'utf8')) as { version: string }).version;
+}
+
+function best(runs: readonly Run[]): Run {
+  return runs.reduce((a, b) => (b.requestsPerSecond > a.requestsPerSecond ? b : a));
+}
+
+const fmtRps = (n: number): string => Math.round(n).toLocaleString('en-US');
+const fmtMs = (us: number): string => (us / 1000).toFixed(2);
+
+const fmtCpu = (cpu: CpuShare): string => `${cpu.server.toFixed(2)} / ${cpu.redis.toFixed(2)} / ${cpu.wrk.toFixed(2)} / ${cpu.other.toFixed(2)}`;
+
+function statusMix(result: WrkResult): string {
+  if (result.statuses === undefined) {
+    return result.errorStatus === 0 ? 'all 2xx' : `${result.errorStatus} ≥ 400 of ${result.requests}`;
+  }
+  const total = Object.values(result.statuses).reduce((a, b) => a + b, 0);
+  return Object.entries(result.statuses)
+    .sort(([a], [b]) => Number(a) - Number(b))
+    .map(([status, n]) => `${status}: ${((100 * n) / total).toFixed(status === '429' || n / total > 0.01 ? 2 : 3)}%`)
+    .join(', ');
+}
+
+interface Target {
+  framework: Framework;
+  scenario: Scenario['id'];
+  min: number;
+}
+
+const TARGETS: readonly Target[] = [
+  { framework: 'fastify', scenario: 'a', min: 0.8 },
+  { framework: 'fastify', scenario: 'b', min: 0.8 },
+  { framework: 'fastify', scenario: 'c', min: 0.9 },
+  { framework: 'express', scenario: 'a', min: 0.9 },
+  { framework: 'express', scenario: 'b', min: 0.9 },
+  { framework: 'express', scenario: 'c', min: 0.9 },
+];
+
+function ratioOf(cells: readonly Cell[], framework: Framework, limiter: LimiterName, scenario: Scenario['id']): number | undefined {
+  return ratioBetween(cells, framework, limiter, 'bare', scenario);
+}
+
+/** Best requests/s of `limiter` ÷ best of `reference`, same framework and scenario. */
+function ratioBetween(cells: readonly Cell[], framework: Framework, limiter: LimiterName, reference: LimiterName, scenario: Scenario['id']): number | undefined {
+  const cell = cells.find((c) => c.framework === framework && c.limiter === limiter && c.scenario.id === scenario);
+  const base = cells.find((c) => c.framework === framework && c.limiter === reference && c.scenario.id === scenario);
+  if (cell === undefined || base === undefined || cell.runs.length === 0 || base.runs.length === 0) return undefined;
+  return best(cell.runs).requestsPerSecond / best(base.runs).requestsPerSecond;
+}
+
+/** Bare server CPU per request ÷ this limiter's (best round of each). */
+function cpuRatioOf(cells: readonly Cell[], framework: Framework, limiter: LimiterName, scenario: Scenario['id']): number | undefined {
+  const cell = cells.find((c) => c.framework === framework && c.limiter === limiter && c.scenario.id === scenario);
+  const bare = cells.find((c) => c.framework === framework && c.limiter === 'bare' && c.scenario.id === scenario);
+  if (cell === undefined || bare === undefined || cell.runs.length === 0 || bare.runs.length === 0) return undefined;
+  const lowest = (runs: readonly Run[]): number => Math.min(...runs.map((r) => r.cpu.serverUsPerRequest));
+  return lowest(bare.runs) / lowest(cell.runs);
+}
+
+function report(cells: readonly Cell[], meta: { started: Date; seconds: number; loadBefore: number[]; redisVersion: string }): string {
+  const lines: string[] = [];
+  const wrkLine = describeWrk({ threads: 1, connections: CONNECTIONS, durationSeconds: DURATION, cpus: LOAD_CPUS });
+  const others = cells.flatMap((c) => c.runs.map((r) => r.cpu.other));
+  const meanOther = others.reduce((a, b) => a + b, 0) / Math.max(1, others.length);
+  const maxOther = Math.max(0, ...others);
+  const loaded = meanOther > 0.1 || maxOther > 0.3;
+  lines.push('# Benchmark results', '');
+  lines.push(`Generated by \`npm run bench\` (bench/run.ts) on ${meta.started.toISOString()}, in ${Math.round(meta.seconds)} s.`, '');
+  lines.push('| | |', '| --- | --- |');
+  lines.push(`| machine | ${CPU_COUNT} CPUs (\`nproc\`), ${cpuModel()} |`);
+  lines.push(`| source | ${gitState()} |`);
+  lines.push(`| node | ${process.version} |`);
+  lines.push(`| redis | redis-server ${meta.redisVersion}, loopback, no persistence, started by the bench |`);
+  lines.push(`| frameworks | express ${version('express')}, fastify ${version('fastify')} |`);
+  lines.push(
+    `| libraries | ioredis ${version('ioredis')}, express-rate-limit ${version('express-rate-limit')}, rate-limit-redis ${version('rate-limit-redis')}, rate-limiter-flexible ${version('rate-limiter-flexible')}, @fastify/rate-limit ${version('@fastify/rate-limit')} |`,
+  );
+  lines.push(
+    `| load generator | wrk ${wrkVersion()}, a separate C process (not in the server's event loop): \`${wrkLine}\`; before a cell's first round, ${WARMUP} s of unmeasured warm-up load. (b): each request's \`x-id\` drawn at random from ${IDS.toLocaleString('en-US')} ids by a Lua \`request()\`; (c): a Lua \`response()\` counts the statuses, in every cell of (c), bare included |`,
+  );
+  lines.push(
+    `| pinning | ${PIN ? 'server process on CPU 0 (`taskset -c 0`); wrk and redis-server on CPU 1' : 'none'} |`,
+  );
+  lines.push(
+    `| method | ${ROUNDS} round(s) of ${DURATION} s per cell; each round runs every cell of a scenario in turn (order reversed every other round), and the best round (highest requests/s) of each cell is reported with its own latencies and CPU figures. Ratio = requests/s ÷ the bare framework's (best round) in the same run. Server CPU µs/request = the server process's CPU time (from /proc) ÷ requests answered; the "CPU ratio" below uses the lowest of the rounds |`,
+  );
+  lines.push(
+    `| other load | other processes used ${meanOther.toFixed(2)} cores on average during the measurements (at most ${maxOther.toFixed(2)}), measured from /proc/stat minus the CPU time of the bench's own server, redis-server and wrk; load average ${meta.loadBefore.map((n) => n.toFixed(2)).join(' / ')} before the run |`,
+  );
+  lines.push(
+    `| same for all | route \`GET /\` answering \`ok\` (text); identifier: the \`x-id\` request header, for every limiter; limit ${HIGH_LIMIT.toLocaleString('en-US')} per ${WINDOW_MS / 1000} s in (a) and (b) (never reached), ${LOW_LIMIT} per ${WINDOW_MS / 1000} s in (c); each limiter sends its default (legacy \`X-RateLimit-*\`) headers |`,
+  );
+  lines.push(
+    `| Redis clients | this package: ioredis \`{ enableAutoPipelining: true, enableOfflineQueue: false, maxRetriesPerRequest: 1 }\` (the README's recommendation), and the same with \`enableAutoPipelining: false\` in the "without auto-pipelining" rows; peers: ${PEER_CLIENT === 'same' ? 'the same options as this package' : 'a default ioredis client, as their READMEs show (no auto-pipelining)'} |`,
+  );
+  lines.push('');
+  if (loaded) {
+    lines.push(
+      `> **The machine was loaded** during this run: other processes (other engineers' test runs) used ${meanOther.toFixed(2)} cores on average and up to ${maxOther.toFixed(2)} during a measurement, out of ${CPU_COUNT}. Absolute figures are noisy; look at the "other" CPU figure of each cell to see which were hit, and at the server CPU per request, which load disturbs less than requests/s.`,
+      '',
+    );
+  }
+  for (const { framework, limiters } of CONFIGS) {
+    const rows = cells.filter((c) => c.framework === framework && c.runs.length > 0);
+    if (rows.length === 0) continue;
+    lines.push(`## ${framework === 'express' ? 'Express' : 'Fastify'}`, '');
+    lines.push('| scenario | limiter | requests/s | p50 ms | p99 ms | ratio to bare | status mix | requests/s per round | server CPU µs/request | CPU cores: server / redis / wrk / other |');
+    lines.push('| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |');
+    for (const scenario of SCENARIOS) {
+      for (const limiter of limiters) {
+        const cell = rows.find((c) => c.limiter === limiter && c.scenario.id === scenario.id);
+        if (cell === undefined) continue;
+        const top = best(cell.runs);
+        const ratio = ratioOf(cells, framework, limiter, scenario.id);
+        lines.push(
+          `| ${scenario.title} | ${LIMITER_LABELS[limiter]} | ${fmtRps(top.requestsPerSecond)} | ${fmtMs(top.p50Us)} | ${fmtMs(top.p99Us)} | ${ratio === undefined ? '' : ratio.toFixed(2)} | ${statusMix(top)}${top.socketErrors ? `, ${top.socketErrors} socket errors` : ''} | ${cell.runs.map((r) => fmtRps(r.requestsPerSecond)).join(', ')} | ${top.cpu.serverUsPerRequest.toFixed(1)} | ${fmtCpu(top.cpu)} |`,
+        );
+      }
+    }
+    lines.push('');
+  }
+  lines.push('## Targets (this package, ratio to the bare framework)', '');
+  lines.push(
+    'Measured = requests/s ratio of the table above (client with auto-pipelining, as the README recommends). ' +
+      'For reading through noise, also: the same ratio without auto-pipelining, and the CPU ratio = bare server CPU µs per request ÷ the limited server\'s ' +
+      '(the throughput ratio a CPU-bound server would show; it leaves out redis-server\'s own CPU).',
+    '',
+  );
+  lines.push(
+    'In (c), "floor ratio" is what the floor row (no limiter, the same 429 answered to every request) gets against the bare framework: ' +
+      'no limiter that sends this 429 can do better, and "of floor" is this package against that floor.',
+    '',
+  );
+  lines.push(
+    '| framework | scenario | target | measured | | without auto-pipelining | CPU ratio | CPU ratio without auto-pipelining | floor ratio | this package, of floor |',
+    '| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |',
+  );
+  const fmt = (n: number | undefined): string => (n === undefined ? '' : n.toFixed(2));
+  for (const target of TARGETS) {
+    const ratio = ratioOf(cells, target.framework, 'swl', target.scenario);
+    if (ratio === undefined) continue;
+    lines.push(
+      `| ${target.framework} | (${target.scenario}) | ≥ ${target.min.toFixed(2)} | ${ratio.toFixed(2)} | ${ratio >= target.min ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, target.framework, 'swl0', target.scenario))} | ${fmt(cpuRatioOf(cells, target.framework, 'swl', target.scenario))} | ${fmt(cpuRatioOf(cells, target.framework, 'swl0', target.scenario))} | ${fmt(ratioOf(cells, target.framework, 'floor', target.scenario))} | ${fmt(ratioBetween(cells, target.framework, 'swl', 'floor', target.scenario))} |`,
+    );
+  }
+  lines.push('');
+  return lines.join('\n');
+}
+
+/** The commit the bench ran on, and any uncommitted changes under src/ (the servers run the working tree). */
+function gitState(): string {
+  try {
+    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { cwd: ROOT, encoding: 'utf8' })
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => line.slice(3));
+    return `commit ${commit}${dirty.length ? `, with uncommitted changes in ${dirty.map((f) => `\`${f}\``).join(', ')} (the servers run the working tree)` : ', no uncommitted changes in src/'}`;
+  } catch {
+    return 'unknown (not a git checkout?)';
+  }
+}
+
+/** Hand-written notes below this marker in an existing results file are kept when it is rewritten. */
+const NOTES_MARKER = '<!-- notes: kept when the bench rewrites this file -->';
+
+function existingNotes(): string {
+  try {
+    const text = readFileSync(OUT, 'utf8');
+    const at = text.indexOf(NOTES_MARKER);
+    return at === -1 ? '' : text.slice(at);
+  } catch {
+    return '';
+  }
+}
+
+function wrkVersion(): string {
+  try {
+    execFileSync('wrk', ['-v'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (error) {
+    // wrk -v prints its version and exits non-zero.
+    const out = String((error as { stdout?: string }).stdout ?? '');
+    const match = /wrk (\S+)/.exec(out);
+    if (match) return match[1];
+  }
+  return 'unknown';
+}
+
+/** Stops redis-server, keeping the event loop alive meanwhile (the helper's child process is unref'd). */
+async function stopRedis(redis: { stop(): Promise<void> }): Promise<void> {
+  const keepAlive = setInterval(() => undefined, 1000);
+  try {
+    await redis.stop();
+  } finally {
+    clearInterval(keepAlive);
+  }
+}
+
+async function main(): Promise<void> {
+  const started = new Date();
+  buildDir = compileForBench(['server.ts']);
+  const loadBefore = loadavg();
+  const redis = await startRedis();
+  const admin = new Redis({ port: redis.port, host: '127.0.0.1', lazyConnect: true });
+  await admin.connect();
+  const info = await admin.info('server');
+  const redisVersion = /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown';
+  const redisPid = Number(/process_id:(\d+)/.exec(info)?.[1]);
+  pinRedis(redisPid);
+  const waitIdle = Number(process.env.BENCH_WAIT_IDLE ?? 0);
+  if (waitIdle > 0) {
+    const deadline = Date.now() + waitIdle * 1000;
+    for (;;) {
+      const load = await foreignLoad(3, () => processCpu(redisPid));
+      if (load < 0.15 || Date.now() > deadline) {
+        log(`other processes: ${load.toFixed(2)} cores over 3 s; starting`);
+        break;
+      }
+      log(`other processes: ${load.toFixed(2)} cores over 3 s; waiting for a quieter machine`);
+    }
+  }
+  log(`redis-server ${redisVersion} on port ${redis.port}${PIN ? ' (CPU 1)' : ''}; wrk: ${describeWrk({ threads: 1, connections: CONNECTIONS, durationSeconds: DURATION, cpus: LOAD_CPUS })}, warm-up ${WARMUP} s, ${ROUNDS} round(s)`);
+
+  const cells: Cell[] = [];
+  const servers: Server[] = [];
+  const stopAll = async (): Promise<void> => {
+    await Promise.all(servers.splice(0).map(stopServer));
+  };
+  process.on('SIGINT', () => {
+    for (const server of servers) server.child.kill('SIGKILL');
+    void redis.stop().then(() => process.exit(130));
+  });
+
+  try {
+    // Scenarios sharing a limit share servers: (a) and (b) one set, (c) another.
+    const limits = [...new Set(SCENARIOS.map((s) => s.limit))];
+    for (const limit of limits) {
+      const scenarios = SCENARIOS.filter((s) => s.limit === limit);
+      const wanted = CONFIGS.flatMap(({ framework, limiters }) =>
+        limiters.filter((limiter) => scenarios.some((s) => selected(framework, limiter, s.id))).map((limiter) => ({ framework, limiter })),
+      );
+      if (wanted.length === 0) continue;
+      await admin.flushall();
+      for (const { framework, limiter } of wanted) {
+        servers.push(await startServer(framework, limiter, limit, redis.port));
+      }
+      for (const scenario of scenarios) {
+        const order = servers.filter((s) => selected(s.framework, s.limiter, scenario.id));
+        const scenarioCells = order.map((s) => {
+          const cell: Cell = { scenario, framework: s.framework, limiter: s.limiter, runs: [] };
+          cells.push(cell);
+          return cell;
+        });
+        for (let round = 0; round < ROUNDS; round++) {
+          const indices = order.map((_, i) => i);
+          if (round % 2 === 1) indices.reverse();
+          for (const i of indices) {
+            const server = order[i];
+            const url = `http://127.0.0.1:${server.port}/`;
+            const common = { url, traffic: scenario.traffic, threads: 1, connections: CONNECTIONS, countStatuses: scenario.countStatuses, cpus: LOAD_CPUS };
+            // Warm-up (JIT, connection pools) once per server and scenario: later rounds find it warm.
+            if (WARMUP > 0 && round === 0) await runWrk({ ...common, durationSeconds: WARMUP });
+            const pid = server.child.pid!;
+            const before = { at: process.hrtime.bigint(), busy: machineBusy(), server: processCpu(pid), redis: processCpu(redisPid), self: process.cpuUsage() };
+            const result = await runWrk({ ...common, durationSeconds: DURATION });
+            const wall = Number(process.hrtime.bigint() - before.at) / 1e9;
+            const self = process.cpuUsage(before.self);
+            const server_ = processCpu(pid) - before.server;
+            const redis_ = processCpu(redisPid) - before.redis;
+            const other = machineBusy() - before.busy - server_ - redis_ - result.cpuSeconds - (self.user + self.system) / 1e6;
+            const cpu: CpuShare = {
+              server: server_ / wall,
+              redis: redis_ / wall,
+              wrk: result.cpuSeconds / wall,
+              other: Math.max(0, other) / wall,
+              serverUsPerRequest: (server_ * 1e6) / result.requests,
+            };
+            scenarioCells[i].runs.push({ ...result, cpu });
+            log(
+              `${scenario.id} round ${round + 1}/${ROUNDS} ${server.framework.padEnd(7)} ${server.limiter.padEnd(4)} ${fmtRps(result.requestsPerSecond).padStart(7)} req/s  p50 ${fmtMs(result.p50Us)} ms  p99 ${fmtMs(result.p99Us)} ms  CPU server/redis/wrk/other ${fmtCpu(cpu)}  server ${cpu.serverUsPerRequest.toFixed(1)} µs/req  ${statusMix(result)}`,
+            );
+          }
+        }
+      }
+      await stopAll();
+    }
+  } finally {
+    await stopAll();
+    await admin.quit().catch(() => undefined);
+    await stopRedis(redis);
+  }
+
+  const markdown = report(cells, { started, seconds: (Date.now() - started.getTime()) / 1000, loadBefore, redisVersion });
+  process.stdout.write(`${markdown}\n`);
+  if (OUT !== '-') {
+    const notes = existingNotes();
+    writeFileSync(OUT, notes ? `${markdown}\n${notes}` : markdown);
+    log(`written to ${OUT}${notes ? ' (notes kept)' : ''}`);
+  }
+  if (PROFILE.size > 0) log(`CPU profiles in ${PROFILE_DIR}`);
+}
+
+main().catch((error: unknown) => {
+  log(error instanceof Error ? (error.stack ?? error.message) : String(error));
+  process.exit(1);
+});

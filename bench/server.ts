@@ -1,0 +1,212 @@
+/**
+ * One benchmark server, run as a child process by `bench/run.ts` so that the load
+ * generator and the orchestrator never share its event loop.
+ *
+ * Configured by environment:
+ * - BENCH_FRAMEWORK: `express` | `fastify`
+ * - BENCH_LIMITER:   `bare` | `swl` (this package) | `swl0` (this package, client without auto-pipelining)
+ *                    | `floor` (no limiter: a hook that answers every request with the 429 this package sends) | `erl` (express-rate-limit + rate-limit-redis)
+ *                    | `rlf` (rate-limiter-flexible RateLimiterRedis) | `frl` (@fastify/rate-limit)
+ * - BENCH_LIMIT, BENCH_WINDOW_MS: the same limit for every limiter
+ * - BENCH_REDIS_PORT: the redis-server on loopback
+ * - BENCH_PEER_CLIENT: `default` (peers get `new Redis(port)`, as their docs show) or `same`
+ *   (peers get the same client options as this package)
+ *
+ * Every limiter identifies a request by its `x-id` header, and the route answers a short
+ * text. Prints `READY <port>` on stdout once Redis is connected and the server listens.
+ */
+import Redis, { type RedisOptions } from 'ioredis';
+
+const framework = process.env.BENCH_FRAMEWORK ?? 'express';
+const limiterName = process.env.BENCH_LIMITER ?? 'bare';
+const limit = Number(process.env.BENCH_LIMIT ?? 1_000_000_000);
+const windowMs = Number(process.env.BENCH_WINDOW_MS ?? 60_000);
+const redisPort = Number(process.env.BENCH_REDIS_PORT ?? 6379);
+const peerClient = process.env.BENCH_PEER_CLIENT ?? 'default';
+/** Each server counts under its own key prefix, so no two share (or clobber) a key. */
+const prefix = process.env.BENCH_PREFIX ?? `${framework}-${limiterName}`;
+
+/** The client options the README recommends for this package's limiter. */
+export const RECOMMENDED_CLIENT: RedisOptions = { enableAutoPipelining: true, enableOfflineQueue: false, maxRetriesPerRequest: 1 };
+/** The same without auto-pipelining (limiter `swl0`), for comparison. */
+const WITHOUT_AUTOPIPELINING: RedisOptions = { ...RECOMMENDED_CLIENT, enableAutoPipelining: false };
+
+const BODY = 'ok';
+
+async function connect(options: RedisOptions): Promise<Redis> {
+  const client = new Redis({ host: '127.0.0.1', port: redisPort, lazyConnect: true, ...options });
+  await client.connect();
+  return client;
+}
+
+function peerOptions(): RedisOptions {
+  return peerClient === 'same' ? RECOMMENDED_CLIENT : {};
+}
+
+function idOf(headers: Record<string, string | string[] | undefined>): string {
+  const id = headers['x-id'];
+  return typeof id === 'string' ? id : 'anonymous';
+}
+
+/** The three legacy headers, as this package and the other libraries send by default. */
+function legacyHeaders(set: (name: string, value: string) => void, remaining: number, msBeforeNext: number): void {
+  set('X-RateLimit-Limit', String(limit));
+  set('X-RateLimit-Remaining', String(remaining));
+  set('X-RateLimit-Reset', String(Math.ceil((Date.now() + msBeforeNext) / 1000)));
+}
+
+/** What this package's default 429 carries: legacy headers, Retry-After and a JSON body. No limiter, no Redis. */
+function denial(set: (name: string, value: string) => void): object {
+  const retryAfter = 42;
+  set('X-RateLimit-Limit', String(limit));
+  set('X-RateLimit-Remaining', '0');
+  set('X-RateLimit-Reset', String(Math.ceil(Date.now() / 1000) + retryAfter));
+  set('Retry-After', String(retryAfter));
+  return { error: 'Too Many Requests', retryAfter };
+}
+
+async function rateLimiterFlexible() {
+  const { RateLimiterRedis, RateLimiterRes } = await import('rate-limiter-flexible');
+  const client = await connect(peerOptions());
+  const limiter = new RateLimiterRedis({ storeClient: client, points: limit, duration: Math.round(windowMs / 1000), keyPrefix: prefix });
+  return { limiter, RateLimiterRes };
+}
+
+async function express(): Promise<(port: number) => Promise<number>> {
+  const { default: createApp } = await import('express');
+  const app = createApp();
+  switch (limiterName) {
+    case 'bare':
+      break;
+    case 'swl':
+    case 'swl0': {
+      const { rateLimit, RedisStore } = await import('../src/express');
+      const client = await connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITHOUT_AUTOPIPELINING);
+      app.use(rateLimit({ store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) }));
+      break;
+    }
+    case 'floor':
+      app.use((_request, response) => {
+        const body = denial((name, value) => response.setHeader(name, value));
+        response.status(429).json(body);
+      });
+      break;
+    case 'erl': {
+      const { rateLimit } = await import('express-rate-limit');
+      const { RedisStore } = await import('rate-limit-redis');
+      const client = await connect(peerOptions());
+      app.use(
+        rateLimit({
+          windowMs,
+          limit,
+          keyGenerator: (request) => idOf(request.headers),
+          store: new RedisStore({
+            prefix: `${prefix}:`,
+            // The call the rate-limit-redis README gives for ioredis.
+            sendCommand: (command: string, ...args: string[]) => client.call(command, ...args) as never,
+          }),
+        }),
+      );
+      break;
+    }
+    case 'rlf': {
+      const { limiter, RateLimiterRes } = await rateLimiterFlexible();
+      // rate-limiter-flexible has no Express middleware: this is the one its README sketches.
+      app.use((request, response, next) => {
+        limiter.consume(idOf(request.headers)).then(
+          (result) => {
+            legacyHeaders((name, value) => response.setHeader(name, value), result.remainingPoints, result.msBeforeNext);
+            next();
+          },
+          (rejection: unknown) => {
+            if (!(rejection instanceof RateLimiterRes)) return next(rejection);
+            legacyHeaders((name, value) => response.setHeader(name, value), rejection.remainingPoints, rejection.msBeforeNext);
+            response.setHeader('Retry-After', String(Math.ceil(rejection.msBeforeNext / 1000)));
+            response.status(429).send('Too Many Requests');
+          },
+        );
+      });
+      break;
+    }
+    default:
+      throw new Error(`no ${limiterName} limiter for express`);
+  }
+  app.get('/', (_request, response) => {
+    response.send(BODY);
+  });
+  return (port) =>
+    new Promise((resolve, reject) => {
+      const server = app.listen(port, '127.0.0.1', (error?: Error) => (error ? reject(error) : resolve((server.address() as { port: number }).port)));
+    });
+}
+
+async function fastify(): Promise<(port: number) => Promise<number>> {
+  const { default: createApp } = await import('fastify');
+  const app = createApp({ logger: false });
+  switch (limiterName) {
+    case 'bare':
+      break;
+    case 'swl':
+    case 'swl0': {
+      const { rateLimitPlugin, RedisStore } = await import('../src/fastify');
+      const client = await connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITHOUT_AUTOPIPELINING);
+      await app.register(rateLimitPlugin, { store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) });
+      break;
+    }
+    case 'floor':
+      // Answering from the hook, as this package's plugin does for a denial (done() is not called then).
+      app.addHook('onRequest', (_request, reply, _done) => {
+        const body = denial((name, value) => reply.header(name, value));
+        reply.code(429).send(body);
+      });
+      break;
+    case 'frl': {
+      const { default: plugin } = await import('@fastify/rate-limit');
+      const client = await connect(peerOptions());
+      await app.register(plugin, { max: limit, timeWindow: windowMs, redis: client, nameSpace: `${prefix}:`, keyGenerator: (request) => idOf(request.headers) });
+      break;
+    }
+    case 'rlf': {
+      const { limiter, RateLimiterRes } = await rateLimiterFlexible();
+      app.addHook('onRequest', (request, reply, done) => {
+        limiter.consume(idOf(request.headers)).then(
+          (result) => {
+            legacyHeaders((name, value) => reply.header(name, value), result.remainingPoints, result.msBeforeNext);
+            done();
+          },
+          (rejection: unknown) => {
+            if (!(rejection instanceof RateLimiterRes)) return done(rejection as Error);
+            legacyHeaders((name, value) => reply.header(name, value), rejection.remainingPoints, rejection.msBeforeNext);
+            reply.header('Retry-After', String(Math.ceil(rejection.msBeforeNext / 1000)));
+            reply.code(429).send('Too Many Requests');
+          },
+        );
+      });
+      break;
+    }
+    default:
+      throw new Error(`no ${limiterName} limiter for fastify`);
+  }
+  app.get('/', (_request, reply) => {
+    reply.send(BODY);
+  });
+  return async (port) => {
+    await app.listen({ port, host: '127.0.0.1' });
+    return (app.server.address() as { port: number }).port;
+  };
+}
+
+async function main(): Promise<void> {
+  const listen = framework === 'fastify' ? await fastify() : await express();
+  const port = await listen(0);
+  process.stdout.write(`READY ${port}\n`);
+}
+
+// SIGTERM/SIGINT: exit at once, so --cpu-prof writes its profile.
+process.on('SIGTERM', () => process.exit(0));
+process.on('SIGINT', () => process.exit(0));
+
+main().catch((error: unknown) => {
+  process.stderr.write(`bench server (${framework}/${limiterName}) failed: ${error instanceof Error ? error.stack : String(error)}\n`);
+  process.exit(1);
+});
