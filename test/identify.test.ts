@@ -177,11 +177,11 @@ describe('identifiers over HTTP', () => {
     await client.quit();
   });
 
-  async function keysOf(prefix: string): Promise<string[]> {
+  async function keysOf(prefix: string, pattern = `${prefix}:*`): Promise<string[]> {
     const keys: string[] = [];
     let cursor = '0';
     do {
-      const [next, batch] = await client.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+      const [next, batch] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
       keys.push(...batch);
       cursor = next;
     } while (cursor !== '0');
@@ -251,8 +251,7 @@ describe('identifiers over HTTP', () => {
       const keys = await keysOf(middleware.limiter.prefix);
       expect(keys).toEqual([middleware.limiter.keyFor(`key:${sha(secret)}`), middleware.limiter.keyFor(`key:${sha(`${secret}-2`)}`)].sort());
       // Nowhere in the whole database either.
-      const everything = await client.keys('*');
-      expect(everything.filter((key) => key.includes(secret))).toEqual([]);
+      expect(await keysOf('', `*${secret}*`)).toEqual([]);
     });
 
     test('byApiKey with a custom header', async () => {
