@@ -52,12 +52,8 @@ export const HTTP_OPTIONS: ReadonlySet<string> = new Set([
   'onDecision', 'onNearLimit', 'nearLimitBand', 'onError', 'failMode',
 ]);
 
-/**
- * Options that shape the counting itself: a route overriding any of them gets its own key
- * space. `timeoutMs` and `denyCacheSize` are not among them: they change how long a check
- * may wait and what this process remembers, not what is counted.
- */
-export const COUNTING_OPTIONS: readonly string[] = ['store', 'limit', 'window', 'limits', 'algorithm', 'prefix', 'clock'];
+/** Options that shape the counting itself: a route overriding any of them gets its own key space. */
+export const COUNTING_OPTIONS: readonly string[] = ['store', 'limit', 'window', 'limits', 'algorithm', 'prefix', 'clock', 'timeoutMs', 'denyCacheSize'];
 
 /** The body and status of a denied request, ready to send. */
 export interface Denial {
