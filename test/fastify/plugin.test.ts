@@ -260,10 +260,10 @@ describe('per-route config.rateLimit', () => {
     expect((await get(app, '/by-header', { 'x-id': 'other' })).statusCode).toBe(200);
   });
 
-  test('options that do not change the counting (timeoutMs, denyCacheSize, failMode, headers) keep the plugin counts', async () => {
+  test('options that do not change the counting (failMode, headers, statusCode, message) keep the plugin counts', async () => {
     const { app, prefix, handler } = await setup({ limit: 3 });
     app.get('/global', handler);
-    app.get('/tuned', { config: { rateLimit: { timeoutMs: 50, denyCacheSize: 0, failMode: 'closed', headers: 'draft-7' } } }, handler);
+    app.get('/tuned', { config: { rateLimit: { failMode: 'closed', headers: 'draft-7', statusCode: 503, message: 'busy' } } }, handler);
     expect((await get(app, '/tuned')).headers['ratelimit']).toBe('limit=3, remaining=2, reset=0');
     expect((await get(app, '/global')).headers['x-ratelimit-remaining']).toBe('1');
     expect(await client.exists(`${prefix}:GET:/tuned:client`)).toBe(0);
