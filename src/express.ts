@@ -16,7 +16,7 @@ export interface ExpressRateLimitOptions extends HttpOptions<Request> {
    * Answers a denied request yourself instead of the default 429. Headers and
    * `Retry-After` are already set when it is called.
    */
-  handler?: (request: Request, response: Response, next: NextFunction, decision: Decision) => void;
+  handler?: (request: Request, response: Response, next: NextFunction, decision: Decision) => void | Promise<void>;
 }
 
 /** The middleware, with the limiter behind it for `reset()` or `peek()`. */
@@ -46,7 +46,12 @@ export function rateLimit(options: ExpressRateLimitOptions = {}): RateLimitMiddl
         return next();
       case 'deny': {
         http.setHeaders(outcome, response, setHeader);
-        if (handler !== undefined) return handler(request, response, next, outcome.decision);
+        if (handler !== undefined) {
+          const answered: unknown = handler(request, response, next, outcome.decision);
+          // An async handler's rejection goes to Express's error handling, not to the void.
+          if (answered instanceof Promise) answered.catch(next);
+          return;
+        }
         const { statusCode, body } = outcome.denial;
         response.status(statusCode);
         if (typeof body === 'string') response.type('text').send(body);

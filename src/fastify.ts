@@ -12,13 +12,23 @@ import type { FastifyInstance, FastifyPluginCallback, FastifyReply, FastifyReque
 import fp from 'fastify-plugin';
 import { COUNTING_OPTIONS, HTTP_OPTIONS, HttpLimiter, type HttpOptions, type Outcome, SERVICE_UNAVAILABLE, createHttpLimiter } from './http';
 import type { Limiter } from './limiter';
-import { describe, rejectUnknownKeys } from './options';
+import { describe, oneOf, rejectUnknownKeys } from './options';
 
-/** Per-route settings in `config.rateLimit`: any shared HTTP option, overriding the plugin's. */
-export type RouteRateLimitOptions = HttpOptions<FastifyRequest>;
+/** The route hook the check runs in. */
+export type RateLimitHook = 'onRequest' | 'preValidation' | 'preHandler';
+
+/** Per-route settings in `config.rateLimit`: any shared HTTP option, or `hook`, overriding the plugin's. */
+export interface RouteRateLimitOptions extends HttpOptions<FastifyRequest> {
+  /**
+   * The hook the check runs in. `'onRequest'` (default) is the earliest and cheapest: a
+   * denied request is answered before its body is read. `'preValidation'` or
+   * `'preHandler'` run after body parsing, for a `cost` or `identify` that reads `request.body`.
+   */
+  hook?: RateLimitHook;
+}
 
 /** Options of {@link rateLimitPlugin}: the shared HTTP options, plus `global`. */
-export interface FastifyRateLimitOptions extends HttpOptions<FastifyRequest> {
+export interface FastifyRateLimitOptions extends RouteRateLimitOptions {
   /**
    * `true` (default): every route is limited unless its `config.rateLimit` is `false`.
    * `false`: only routes with a `config.rateLimit` object are limited.
@@ -42,13 +52,15 @@ declare module 'fastify' {
   }
 }
 
-const PLUGIN_OPTIONS: ReadonlySet<string> = new Set([...HTTP_OPTIONS, 'global']);
+const ROUTE_OPTIONS: ReadonlySet<string> = new Set([...HTTP_OPTIONS, 'hook']);
+const PLUGIN_OPTIONS: ReadonlySet<string> = new Set([...ROUTE_OPTIONS, 'global']);
+const HOOKS: readonly RateLimitHook[] = ['onRequest', 'preValidation', 'preHandler'];
 
 function setHeader(reply: FastifyReply, name: string, value: string): void {
   reply.header(name, value);
 }
 
-function onRequestHook(http: HttpLimiter<FastifyRequest>): onRequestHookHandler {
+function rateLimitHook(http: HttpLimiter<FastifyRequest>): onRequestHookHandler {
   function respond(outcome: Outcome, reply: FastifyReply, done: HookHandlerDoneFunction): void {
     switch (outcome.kind) {
       case 'skip':
@@ -108,6 +120,7 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
   const { global = true, ...shared } = options;
   if (typeof global !== 'boolean') throw new TypeError(`global: must be true or false, got ${describe(global)}`);
   const base = createHttpLimiter<FastifyRequest>(shared, PLUGIN_OPTIONS, 'rateLimitPlugin');
+  oneOf(shared.hook ?? 'onRequest', HOOKS, 'hook');
   fastify.decorate('rateLimiter', base.limiter);
 
   fastify.addHook('onRoute', (route: RouteOptions) => {
@@ -118,15 +131,16 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
       if (config === null || typeof config !== 'object') {
         throw new TypeError(`config.rateLimit of ${route.method} ${route.url}: must be an options object or false, got ${describe(config)}`);
       }
-      rejectUnknownKeys(config, HTTP_OPTIONS, `config.rateLimit of ${route.method} ${route.url}`);
+      rejectUnknownKeys(config, ROUTE_OPTIONS, `config.rateLimit of ${route.method} ${route.url}`);
       // HEAD runs the GET handler (Fastify adds a HEAD route for every GET route): it counts
       // with GET, or HEAD requests would get a second quota of a route's own limit.
       const method = Array.isArray(route.method) ? route.method.join(',') : route.method === 'HEAD' ? 'GET' : route.method;
       http = new HttpLimiter<FastifyRequest>(routeOptions(shared, config, `${method}:${route.url}`, base.limiter));
     }
-    const hook = onRequestHook(http);
-    const existing = route.onRequest;
-    route.onRequest = existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing as onRequestHookHandler, hook];
+    const hookName = oneOf(config?.hook ?? shared.hook ?? 'onRequest', HOOKS, 'hook');
+    const hook = rateLimitHook(http);
+    const existing = route[hookName] as onRequestHookHandler | onRequestHookHandler[] | undefined;
+    (route as Record<RateLimitHook, unknown>)[hookName] = existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook];
   });
 }
 

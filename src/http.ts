@@ -52,8 +52,12 @@ export const HTTP_OPTIONS: ReadonlySet<string> = new Set([
   'onDecision', 'onNearLimit', 'nearLimitBand', 'onError', 'failMode',
 ]);
 
-/** Options that shape the counting itself: a route overriding any of them gets its own key space. */
-export const COUNTING_OPTIONS: readonly string[] = ['store', 'limit', 'window', 'limits', 'algorithm', 'prefix', 'clock', 'timeoutMs', 'denyCacheSize'];
+/**
+ * Options that decide what is counted where: a route overriding any of them gets its own
+ * key space. (`timeoutMs`, `denyCacheSize` and `clock` change how a check is run, not
+ * what it counts, so a route may change them and keep sharing the plugin's counts.)
+ */
+export const COUNTING_OPTIONS: readonly string[] = ['store', 'limit', 'window', 'limits', 'algorithm', 'prefix'];
 
 /** The body and status of a denied request, ready to send. */
 export interface Denial {

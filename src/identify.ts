@@ -111,9 +111,12 @@ export function resolveIdentify<Req>(option: IdentifyOption<Req> | undefined, fa
   };
 }
 
-function present(id: string | number | undefined | null): string | undefined {
+function present(id: unknown): string | undefined {
   if (id === undefined || id === null || id === '') return undefined;
-  return typeof id === 'string' ? id : String(id);
+  if (typeof id === 'string') return id;
+  if (typeof id === 'number' && Number.isFinite(id)) return String(id);
+  // An object would become '[object Object]' and put every client under one key.
+  throw new TypeError(`identify: must return a string, a finite number or nothing, got ${describe(id)}`);
 }
 
 /** IPv4 as is (also when IPv4-mapped in IPv6); IPv6 masked to `subnet` bits and written as `prefix::/subnet`. */
