@@ -8,6 +8,7 @@ import { createLimiter, MemoryStore, RedisStore, type Decision, type Store } fro
 import { DenyCache } from '../../src/deny-cache';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { seeded } from '../helpers/random';
 
 let client: Redis;
 beforeAll(() => {
@@ -15,17 +16,6 @@ beforeAll(() => {
 });
 afterAll(() => client.quit());
 afterEach(() => jest.restoreAllMocks());
-
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
 const stores: [string, () => Store][] = [

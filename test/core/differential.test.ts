@@ -16,24 +16,13 @@ import { createLimiter, MemoryStore, RedisStore, type Decision } from '../../src
 import { algorithms } from '../../src/algorithms';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
 import { redisClient, uniquePrefix } from '../helpers/redis';
+import { seeded } from '../helpers/random';
 
 let client: Redis;
 beforeAll(() => {
   client = redisClient();
 });
 afterAll(() => client.quit());
-
-/** mulberry32: a small seeded PRNG, so a failure can be replayed from its seed. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const WINDOWS = [1, 7, 100, 250, 1_000, 1_500, 10_000, 60_000];
 const IDENTIFIERS = ['alice', 'bob', 'carol', 'dave'];

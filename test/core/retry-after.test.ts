@@ -6,23 +6,13 @@ import { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Limiter, type Store } from '../../src';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { seeded } from '../helpers/random';
 
 let client: Redis;
 beforeAll(() => {
   client = redisClient();
 });
 afterAll(() => client.quit());
-
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const stores: [string, () => Store][] = [
   ['RedisStore', () => new RedisStore({ client })],
