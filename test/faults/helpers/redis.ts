@@ -1,0 +1,157 @@
+/**
+ * Redis helpers for the fault-injection tests: servers the test owns (with `DEBUG`
+ * enabled, so a test can make Redis sleep), the two client configurations under test,
+ * and small polling utilities.
+ */
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { type RedisCluster, type RedisProcess, startCluster, startRedis } from '../../helpers/redis-server';
+
+/** A standalone redis-server owned by the test, with `DEBUG SLEEP` allowed. */
+export function startFaultRedis(extraArgs: string[] = []): Promise<RedisProcess> {
+  return startRedis(['--enable-debug-command', 'yes', ...extraArgs]);
+}
+
+/**
+ * The two client configurations every outage test runs with: the README's
+ * recommendation, and ioredis' defaults (offline queue on, 20 retries per request).
+ */
+export const CLIENT_CONFIGS: readonly [string, RedisOptions][] = [
+  ['recommended (enableOfflineQueue: false, maxRetriesPerRequest: 1)', { enableOfflineQueue: false, maxRetriesPerRequest: 1 }],
+  ['ioredis defaults (offline queue, maxRetriesPerRequest: 20)', {}],
+  // The README's example client: the recommendation plus auto-pipelining (checks travel in pipelines).
+  ['README (recommended + enableAutoPipelining)', { enableOfflineQueue: false, maxRetriesPerRequest: 1, enableAutoPipelining: true }],
+];
+
+/** A client whose `error` events (expected while Redis is down) are counted, not printed. */
+export function quietClient(url: string, options: RedisOptions = {}): Redis & { errors: number } {
+  const client = new Redis(url, options) as Redis & { errors: number };
+  client.errors = 0;
+  client.on('error', () => {
+    client.errors++;
+  });
+  return client;
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Polls `predicate` every 10 ms until it holds, or throws after `timeoutMs`. */
+export async function waitFor(predicate: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await predicate())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+export function waitReady(client: Redis | Cluster, timeoutMs = 10_000): Promise<void> {
+  return waitFor(() => client.status === 'ready', timeoutMs, `the client to be ready (status ${client.status})`);
+}
+
+/** Every key of a standalone server, by SCAN (never KEYS). */
+export async function scanAll(client: Redis): Promise<string[]> {
+  const keys: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, batch] = await client.scan(cursor, 'COUNT', 1000);
+    keys.push(...batch);
+    cursor = next;
+  } while (cursor !== '0');
+  return keys;
+}
+
+/**
+ * Units counted in a sliding-window key (one tier): its value is `index:current:previous`,
+ * and a server that has lived a few seconds holds at most one window boundary, so
+ * `current + previous` is everything counted. 0 when the key does not exist.
+ */
+export async function slidingWindowCount(client: Redis, key: string): Promise<number> {
+  const value = await client.get(key);
+  if (value === null) return 0;
+  const [, current, previous] = value.split(' ')[0].split(':').map(Number);
+  return current + previous;
+}
+
+/** A three-master cluster in which losing one master leaves the others serving their slots. */
+export async function startPartialCoverageCluster(): Promise<RedisCluster> {
+  const cluster = await startCluster(3);
+  for (const node of cluster.nodes) {
+    const admin = new Redis(node.port, '127.0.0.1');
+    try {
+      // By default a cluster missing any slot refuses every key (CLUSTERDOWN); the test is
+      // about identifiers on the surviving masters, so let them keep serving.
+      await admin.config('SET', 'cluster-require-full-coverage', 'no');
+    } finally {
+      admin.disconnect();
+    }
+  }
+  return cluster;
+}
+
+export type { RedisCluster, RedisProcess };
+
+/** Direct (non-cluster) admin connections to every node of a cluster, with node ids. */
+export interface ClusterAdmin {
+  readonly nodes: { readonly port: number; readonly id: string; readonly redis: Redis }[];
+  /** CLUSTER KEYSLOT. */
+  slotOf(key: string): Promise<number>;
+  /** The port of the master serving `slot`, from CLUSTER SLOTS on a live node. */
+  ownerOf(slot: number): Promise<number>;
+  /** Moves `slot` and its keys from one master to another, as `redis-cli --cluster reshard` does. */
+  migrateSlot(slot: number, fromPort: number, toPort: number, between?: () => Promise<void>): Promise<void>;
+  disconnect(): void;
+}
+
+export async function clusterAdmin(cluster: RedisCluster): Promise<ClusterAdmin> {
+  const nodes = await Promise.all(
+    cluster.nodes.map(async (node) => {
+      // No reconnection: a killed node's admin connection just ends.
+      const redis = quietClient(`redis://127.0.0.1:${node.port}`, { maxRetriesPerRequest: 0, retryStrategy: () => null });
+      const id = (await redis.call('CLUSTER', 'MYID')) as string;
+      return { port: node.port, id, redis };
+    }),
+  );
+  const byPort = (port: number) => {
+    const node = nodes.find((candidate) => candidate.port === port);
+    if (!node) throw new Error(`no node on port ${port}`);
+    return node;
+  };
+  const live = () => {
+    const node = nodes.find((candidate) => candidate.redis.status === 'ready');
+    if (!node) throw new Error('no live node');
+    return node.redis;
+  };
+  return {
+    nodes,
+    async slotOf(key) {
+      return (await live().call('CLUSTER', 'KEYSLOT', key)) as number;
+    },
+    async ownerOf(slot) {
+      const ranges = (await live().call('CLUSTER', 'SLOTS')) as [number, number, [string, number, string]][];
+      const range = ranges.find(([start, end]) => slot >= start && slot <= end);
+      if (!range) throw new Error(`slot ${slot} is not served`);
+      return range[2][1];
+    },
+    async migrateSlot(slot, fromPort, toPort, between) {
+      const from = byPort(fromPort);
+      const to = byPort(toPort);
+      await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', from.id);
+      await from.redis.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id);
+      await between?.();
+      for (;;) {
+        const keys = (await from.redis.call('CLUSTER', 'GETKEYSINSLOT', slot, 100)) as string[];
+        if (keys.length === 0) break;
+        await from.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', ...keys);
+      }
+      await between?.();
+      for (const node of [to, from, ...nodes.filter((other) => other !== to && other !== from)]) {
+        await node.redis.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
+      }
+    },
+    disconnect() {
+      // disconnect() on an ended connection would arm a 2 s timer for a socket already gone.
+      for (const node of nodes) if (node.redis.status !== 'end') node.redis.disconnect();
+    },
+  };
+}
