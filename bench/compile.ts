@@ -19,16 +19,20 @@ function sources(dir: string): string[] {
   });
 }
 
-/** Transpiles `src/**` and the given bench files; returns the build directory (same layout as the repository). */
-export function compileForBench(benchFiles: readonly string[]): string {
+/**
+ * Transpiles `src/**` and the given bench files; returns the build directory (same layout
+ * as the repository). `srcDir` (default `src/`; env BENCH_SRC) lets an A/B test run a
+ * modified copy of the sources without touching the working tree.
+ */
+export function compileForBench(benchFiles: readonly string[], srcDir = process.env.BENCH_SRC ?? join(ROOT, 'src')): string {
   rmSync(BUILD_DIR, { recursive: true, force: true });
-  const files = [...sources(join(ROOT, 'src')), ...benchFiles.map((file) => join(ROOT, 'bench', file))];
-  for (const file of files) {
+  const files = [...sources(srcDir).map((file) => ({ file, out: join('src', relative(srcDir, file)) })), ...benchFiles.map((file) => ({ file: join(ROOT, 'bench', file), out: join('bench', file) }))];
+  for (const { file, out: target } of files) {
     const { outputText } = ts.transpileModule(readFileSync(file, 'utf8'), {
       fileName: file,
       compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.CommonJS, esModuleInterop: true },
     });
-    const out = join(BUILD_DIR, relative(ROOT, file)).replace(/\.ts$/, '.js');
+    const out = join(BUILD_DIR, target).replace(/\.ts$/, '.js');
     mkdirSync(dirname(out), { recursive: true });
     writeFileSync(out, outputText);
   }

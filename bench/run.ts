@@ -16,6 +16,7 @@
  * - BENCH_PROFILE   comma-separated `framework:limiter` servers to run under `node --cpu-prof` (profiles in bench/.tmp/profiles)
  * - BENCH_PEER_CLIENT  `default` (peers get a default ioredis client, as their READMEs show) or `same` (this package's options)
  * - BENCH_OUT       where to write the markdown (default bench/results.md; `-` for none)
+ * - BENCH_SRC       a directory to run instead of src/ (an A/B test of a change, without touching the working tree)
  * - BENCH_WAIT_IDLE seconds to wait, at most, for other processes to leave the CPUs alone before starting (default 0)
  *
  * Each measurement also records the CPU time (from /proc) of the server, redis-server and
