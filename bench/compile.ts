@@ -24,9 +24,14 @@ function sources(dir: string): string[] {
  * as the repository). `srcDir` (default `src/`; env BENCH_SRC) lets an A/B test run a
  * modified copy of the sources without touching the working tree.
  */
-export function compileForBench(benchFiles: readonly string[], srcDir = process.env.BENCH_SRC ?? join(ROOT, 'src')): string {
+export function compileForBench(benchFiles: readonly string[], srcDir = process.env.BENCH_SRC ?? join(ROOT, 'src'), otherFiles: readonly string[] = []): string {
   rmSync(BUILD_DIR, { recursive: true, force: true });
-  const files = [...sources(srcDir).map((file) => ({ file, out: join('src', relative(srcDir, file)) })), ...benchFiles.map((file) => ({ file: join(ROOT, 'bench', file), out: join('bench', file) }))];
+  const files = [
+    ...sources(srcDir).map((file) => ({ file, out: join('src', relative(srcDir, file)) })),
+    ...benchFiles.map((file) => ({ file: join(ROOT, 'bench', file), out: join('bench', file) })),
+    // Other files of the repository (paths from its root), e.g. the redis-server test helper.
+    ...otherFiles.map((file) => ({ file: join(ROOT, file), out: file })),
+  ];
   for (const { file, out: target } of files) {
     const { outputText } = ts.transpileModule(readFileSync(file, 'utf8'), {
       fileName: file,

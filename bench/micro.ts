@@ -1,0 +1,112 @@
+/**
+ * CPU cost of one check in this process, without HTTP: `npx ts-node --transpile-only bench/micro.ts`.
+ *
+ * Starts its own redis-server and measures CPU microseconds (user + system of this process)
+ * per operation for: a plain ioredis GET, `RedisStore.check`, `Limiter.check`, the adapters'
+ * shared `HttpLimiter.evaluate` with header writing, and a denial answered from the deny
+ * cache; each with an ioredis client with and without auto-pipelining. 64 checks are kept in
+ * flight, as 64 HTTP connections would. Each figure is the lowest of 7 repetitions, which
+ * load from other processes disturbs least. Run through ts-node, it compiles itself and runs
+ * as plain JavaScript in a child process (ts-node turns on `domain`, which slows EventEmitters).
+ */
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import Redis from 'ioredis';
+import { algorithms } from '../src/algorithms';
+import { createHttpLimiter, HTTP_OPTIONS } from '../src/http';
+import { createLimiter } from '../src/limiter';
+import { RedisStore } from '../src/stores/redis';
+import { startRedis } from '../test/helpers/redis-server';
+
+const OPERATIONS = Number(process.env.BENCH_OPERATIONS ?? 50_000);
+const IN_FLIGHT = 64;
+const REPETITIONS = 7;
+
+async function cpuPerOperation(operation: () => unknown, count: number, inFlight: number): Promise<number> {
+  const results: number[] = [];
+  for (let repetition = 0; repetition < REPETITIONS; repetition++) {
+    let started = 0;
+    const before = process.cpuUsage();
+    await Promise.all(
+      Array.from({ length: inFlight }, async () => {
+        while (started++ < count) {
+          const result = operation();
+          if (result instanceof Promise) await result;
+        }
+      }),
+    );
+    const used = process.cpuUsage(before);
+    results.push((used.user + used.system) / count);
+  }
+  return Math.min(...results);
+}
+
+async function main(): Promise<void> {
+  const redis = await startRedis();
+  const keepAlive = setInterval(() => undefined, 1000);
+  const rows: [string, number, number][] = [];
+  try {
+    const measured: Record<string, number>[] = [];
+    for (const enableAutoPipelining of [true, false]) {
+      const client = new Redis({ host: '127.0.0.1', port: redis.port, enableAutoPipelining, enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
+      await client.connect();
+      const store = new RedisStore({ client });
+      const run = `${enableAutoPipelining ? 'ap' : 'plain'}${Date.now()}`;
+      const limiter = createLimiter({ store, limit: 1e9, window: '1m', prefix: `${run}-limiter` });
+      const identify = (request: { headers: Record<string, string> }): string => request.headers['x-id'];
+      const allow = createHttpLimiter({ store, limit: 1e9, window: '1m', prefix: `${run}-allow`, identify }, HTTP_OPTIONS, 'micro');
+      const deny = createHttpLimiter({ store, limit: 1, window: '1m', prefix: `${run}-deny`, identify }, HTTP_OPTIONS, 'micro');
+      const request = { headers: { 'x-id': 'user:1' } };
+      const headers: Record<string, string> = {};
+      const set = (target: Record<string, string>, name: string, value: string): void => {
+        target[name] = value;
+      };
+      const http = (limiter: typeof allow) => (): unknown => {
+        const outcome = limiter.evaluate(request);
+        if (outcome instanceof Promise) return outcome.then((settled) => limiter.setHeaders(settled, headers, set));
+        limiter.setHeaders(outcome, headers, set);
+        return undefined;
+      };
+      const check = { now: undefined, cost: 1, dryRun: false, tiers: limiter.tiers };
+      // Two checks: the second is denied and cached.
+      await http(deny)();
+      await http(deny)();
+      const figures: Record<string, number> = {};
+      figures['ioredis GET'] = await cpuPerOperation(() => client.get(`${run}-get`), OPERATIONS, IN_FLIGHT);
+      figures['RedisStore.check'] = await cpuPerOperation(() => store.check(algorithms['sliding-window'], `${run}-store:user:1`, check), OPERATIONS, IN_FLIGHT);
+      figures['Limiter.check'] = await cpuPerOperation(() => limiter.check('user:1'), OPERATIONS, IN_FLIGHT);
+      figures['HttpLimiter.evaluate + headers, allowed'] = await cpuPerOperation(http(allow), OPERATIONS, IN_FLIGHT);
+      figures['HttpLimiter.evaluate + headers, denied from the deny cache'] = await cpuPerOperation(http(deny), OPERATIONS * 4, 1);
+      measured.push(figures);
+      client.disconnect();
+    }
+    for (const name of Object.keys(measured[0])) rows.push([name, measured[0][name], measured[1][name]]);
+  } finally {
+    await redis.stop();
+    clearInterval(keepAlive);
+  }
+  const lines = [
+    `CPU µs per operation (lowest of ${REPETITIONS} repetitions of ${OPERATIONS.toLocaleString('en-US')}, ${IN_FLIGHT} in flight; node ${process.version})`,
+    '',
+    '| operation | auto-pipelining on | off |',
+    '| --- | ---: | ---: |',
+    ...rows.map(([name, on, off]) => `| ${name} | ${on.toFixed(2)} | ${off.toFixed(2)} |`),
+  ];
+  process.stdout.write(`${lines.join('\n')}\n`);
+}
+
+/** Under ts-node (which loads `domain`): compile and run this file as plain JavaScript instead. */
+function relaunchCompiled(): boolean {
+  if (!(require('node:events') as { usingDomains?: boolean }).usingDomains) return false;
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { compileForBench } = require('./compile') as typeof import('./compile');
+  const build = compileForBench(['micro.ts'], undefined, ['test/helpers/redis-server.ts']);
+  const result = spawnSync(process.execPath, [join(build, 'bench', 'micro.js')], { stdio: 'inherit' });
+  process.exitCode = result.status ?? 1;
+  return true;
+}
+
+if (!relaunchCompiled()) main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});
