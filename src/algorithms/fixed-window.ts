@@ -6,7 +6,7 @@ import { LUA_PRELUDE } from './prelude';
  * check, but a client can spend its whole limit at the end of one window and again at
  * the start of the next: up to twice the limit inside one window's length.
  *
- * Storage: one string key per identifier, tiers packed as `"index:count"` separated by
+ * Storage: one string key per identifier, tiers packed as `"index:count"` in base 36, separated by
  * spaces, expiring when the longest tier's current window ends.
  */
 
@@ -14,11 +14,7 @@ import { LUA_PRELUDE } from './prelude';
 export type FixedWindowState = number[];
 
 const LUA = `${LUA_PRELUDE}
-local saved = {}
-local value = redis.call('GET', KEYS[1])
-if value then
-  for number in string.gmatch(value, '%d+') do saved[#saved + 1] = tonumber(number) end
-end
+local saved = readCounters(redis.call('GET', KEYS[1]))
 local counts, ends = {}, {}
 local allowed = 1
 local expiry = 0
@@ -34,7 +30,7 @@ if allowed == 1 and cost > 0 and not dry then
   local parts = {}
   for i = 1, tiers do
     counts[i] = counts[i] + cost
-    parts[i] = string.format('%d:%d', math.floor(now / windows[i]), counts[i])
+    parts[i] = base36(math.floor(now / windows[i])) .. ':' .. base36(counts[i])
   end
   redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', expiry)
 end

@@ -15,6 +15,26 @@ end
 local cost = tonumber(ARGV[2])
 local dry = ARGV[3] == '1'
 local tiers = (#ARGV - 3) / 2
+local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+-- Counters are stored in base 36: a window index and two counts fit in 12 characters,
+-- which keeps a key within Redis's smallest string allocation for realistic counts.
+local function base36(number)
+  if number == 0 then return '0' end
+  local text = ''
+  while number > 0 do
+    local digit = number % 36
+    text = string.sub(DIGITS, digit + 1, digit + 1) .. text
+    number = (number - digit) / 36
+  end
+  return text
+end
+local function readCounters(value)
+  local numbers = {}
+  if value then
+    for part in string.gmatch(value, '[0-9a-z]+') do numbers[#numbers + 1] = tonumber(part, 36) end
+  end
+  return numbers
+end
 local limits, windows = {}, {}
 local longest = 0
 for i = 1, tiers do
@@ -29,4 +49,13 @@ export function longestWindow(tiers: readonly { window: number }[]): number {
   let longest = 0;
   for (const tier of tiers) if (tier.window > longest) longest = tier.window;
   return longest;
+}
+
+/**
+ * Reads a counter string as the sliding and fixed window scripts store it: per tier,
+ * base-36 numbers joined by `:`, tiers separated by spaces (`"hu2s7:a:0 1e4:b:3"`).
+ * For tests and tools that inspect Redis; the scripts do the same in Lua.
+ */
+export function readCounters(value: string): number[] {
+  return (value.match(/[0-9a-z]+/g) ?? []).map((part) => parseInt(part, 36));
 }

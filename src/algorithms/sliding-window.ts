@@ -11,7 +11,7 @@ import { LUA_PRELUDE, longestWindow } from './prelude';
  * is done multiplied by `window`, in integers, so Lua and TypeScript agree exactly.
  *
  * Storage: one string key per identifier, all tiers packed as
- * `"index:current:previous"` separated by spaces (index = floor(now / window)),
+ * `"index:current:previous"` in base 36, separated by spaces (index = floor(now / window)),
  * expiring after twice the longest window so the previous window stays readable.
  * One key per identifier is also what keeps it Redis Cluster safe.
  */
@@ -59,11 +59,7 @@ export function slidingWait(current: number, previous: number, elapsed: number, 
 }
 
 const LUA = `${LUA_PRELUDE}${LUA_WAIT}
-local saved = {}
-local value = redis.call('GET', KEYS[1])
-if value then
-  for number in string.gmatch(value, '%d+') do saved[#saved + 1] = tonumber(number) end
-end
+local saved = readCounters(redis.call('GET', KEYS[1]))
 local current, previous, elapsed = {}, {}, {}
 local allowed = 1
 for i = 1, tiers do
@@ -83,7 +79,7 @@ if allowed == 1 and cost > 0 and not dry then
   local parts = {}
   for i = 1, tiers do
     current[i] = current[i] + cost
-    parts[i] = string.format('%d:%d:%d', math.floor(now / windows[i]), current[i], previous[i])
+    parts[i] = base36(math.floor(now / windows[i])) .. ':' .. base36(current[i]) .. ':' .. base36(previous[i])
   end
   redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', 2 * longest)
 end

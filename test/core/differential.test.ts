@@ -14,6 +14,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Decision } from '../../src';
 import { algorithms } from '../../src/algorithms';
+import { readCounters } from '../../src/algorithms/prelude';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
 import { redisClient, uniquePrefix } from '../helpers/redis';
 import { seeded } from '../helpers/random';
@@ -176,7 +177,7 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<number
     return scores;
   }
   const value = await client.get(key);
-  return value === null ? [] : (value.match(/\d+/g) ?? []).map(Number);
+  return value === null ? [] : readCounters(value);
 }
 
 describe.each(ALGORITHMS)('%s: raw Lua script against the TypeScript apply', (algorithm) => {

@@ -5,6 +5,7 @@
  */
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { type RedisCluster, type RedisProcess, startCluster, startRedis } from '../../helpers/redis-server';
+import { readCounters } from '../../../src/algorithms/prelude';
 
 /** A standalone redis-server owned by the test, with `DEBUG SLEEP` allowed. */
 export function startFaultRedis(extraArgs: string[] = []): Promise<RedisProcess> {
@@ -62,14 +63,14 @@ export async function scanAll(client: Redis): Promise<string[]> {
 }
 
 /**
- * Units counted in a sliding-window key (one tier): its value is `index:current:previous`,
+ * Units counted in a sliding-window key (one tier): its value is `index:current:previous` (base 36),
  * and a server that has lived a few seconds holds at most one window boundary, so
  * `current + previous` is everything counted. 0 when the key does not exist.
  */
 export async function slidingWindowCount(client: Redis, key: string): Promise<number> {
   const value = await client.get(key);
   if (value === null) return 0;
-  const [, current, previous] = value.split(' ')[0].split(':').map(Number);
+  const [, current, previous] = readCounters(value.split(' ')[0]);
   return current + previous;
 }
 
