@@ -25,21 +25,63 @@ interface Entry {
 const OPTIONS = new Set(['maxKeys', 'sweepIntervalMs']);
 /** Entries examined per sweep tick, so a sweep never stalls the event loop. */
 const SWEEP_BATCH = 10_000;
+/**
+ * Most entries in one Map. V8 copies a Map's whole table when it grows or compacts it,
+ * which stalls the event loop for about 100 ms at a million entries; tables of this size
+ * copy in a few milliseconds. Smaller stores are one Map, with exact LRU order.
+ */
+const SHARD_SIZE = 65_536;
+
+/** One Map of entries in recency order (every access moves its entry to the end), with its own bound. */
+class Shard {
+  readonly entries = new Map<string, Entry>();
+  /** Resumes where the last eviction stopped: see {@link Shard.evictOldest}. */
+  private evictor: IterableIterator<string> | undefined;
+
+  constructor(readonly capacity: number) {}
+
+  /** Inserts or refreshes `key` as the most recently used entry, evicting the least recently used past capacity. */
+  set(key: string, entry: Entry): void {
+    this.entries.set(key, entry);
+    if (this.entries.size > this.capacity) this.evictOldest();
+  }
+
+  /**
+   * Drops the least recently used entry. A fresh `keys()` iterator would walk past every
+   * slot freed by earlier evictions (V8 compacts a Map only when it rehashes), making each
+   * eviction O(capacity); this iterator resumes instead. Nothing live is ever behind it:
+   * every entry it returned was deleted, and a used entry is re-inserted at the end.
+   */
+  private evictOldest(): void {
+    this.evictor ??= this.entries.keys();
+    let next = this.evictor.next();
+    if (next.done) {
+      this.evictor = this.entries.keys();
+      next = this.evictor.next();
+    }
+    if (!next.done) this.entries.delete(next.value);
+  }
+
+  clear(): void {
+    this.entries.clear();
+    this.evictor = undefined;
+  }
+}
 
 /**
  * Keeps rate-limit state in this process: for one process, tests, or as a fallback.
  * It runs each algorithm's TypeScript twin, which decides exactly as the Redis script
- * does. Memory is bounded by `maxKeys` (least recently used first out) and expired
- * entries are swept incrementally in the background.
+ * does. Memory is bounded by `maxKeys`: least recently used first out (exactly up to
+ * 65,536 keys; above that per shard of at most 65,536 keys, chosen by a hash of the key).
+ * Expired entries are swept incrementally in the background.
  */
 export class MemoryStore implements Store {
   readonly needsTimeout = false;
   readonly maxKeys: number;
-  /** Insertion order is recency order: every access moves its entry to the end. */
-  private readonly entries = new Map<string, Entry>();
+  private readonly shards: Shard[];
+  /** Sweep position: the shard, and the iterator within it. */
+  private sweepShard = 0;
   private sweeper: IterableIterator<[string, Entry]> | undefined;
-  /** Resumes where the last eviction stopped: see {@link MemoryStore.evictOldest}. */
-  private evictor: IterableIterator<string> | undefined;
   /**
    * The latest time a check ran at. The timer sweeps by it when checks bring their own
    * (injected) clock, so virtual time is never judged by the wall clock, and by the wall
@@ -53,6 +95,8 @@ export class MemoryStore implements Store {
     if (options === null || typeof options !== 'object') throw new TypeError('MemoryStore: expected an options object');
     rejectUnknownKeys(options, OPTIONS, 'MemoryStore');
     this.maxKeys = options.maxKeys === undefined ? 100_000 : positiveInteger(options.maxKeys, 'maxKeys');
+    const shards = Math.ceil(this.maxKeys / SHARD_SIZE);
+    this.shards = Array.from({ length: shards }, () => new Shard(Math.ceil(this.maxKeys / shards)));
     const sweepIntervalMs = options.sweepIntervalMs === undefined ? 1_000 : nonNegativeInteger(options.sweepIntervalMs, 'sweepIntervalMs');
     if (sweepIntervalMs > 0) {
       this.timer = setInterval(() => this.sweep(this.ownClock ? Date.now() : this.lastNow), sweepIntervalMs);
@@ -62,68 +106,65 @@ export class MemoryStore implements Store {
 
   /** Number of identifiers currently held. */
   get size(): number {
-    return this.entries.size;
+    let size = 0;
+    for (const shard of this.shards) size += shard.entries.size;
+    return size;
+  }
+
+  private shardOf(key: string): Shard {
+    if (this.shards.length === 1) return this.shards[0];
+    let hash = 0;
+    for (let i = 0; i < key.length; i++) hash = (Math.imul(hash, 31) + key.charCodeAt(i)) | 0;
+    return this.shards[(hash >>> 0) % this.shards.length];
   }
 
   check(algorithm: Algorithm, key: string, { now, cost, dryRun, tiers }: StoreCheck): Promise<RawReply> {
     if (now === undefined) this.ownClock = true;
     const at = now === undefined ? Date.now() : now;
     if (at > this.lastNow) this.lastNow = at;
-    let entry = this.entries.get(key);
+    const shard = this.shardOf(key);
+    let entry = shard.entries.get(key);
     if (entry !== undefined) {
-      this.entries.delete(key);
+      shard.entries.delete(key);
       if (entry.expiresAt <= at) entry = undefined;
     }
     const result = algorithm.apply(entry?.state, { now: at, cost, dryRun, tiers });
     if (entry !== undefined && result.state === entry.state) {
-      this.entries.set(key, entry);
+      shard.set(key, entry);
     } else if (result.state !== undefined) {
-      this.entries.set(key, { state: result.state, expiresAt: result.expiresAt });
-      if (this.entries.size > this.maxKeys) this.evictOldest();
+      shard.set(key, { state: result.state, expiresAt: result.expiresAt });
     }
     return Promise.resolve(result.reply);
   }
 
   reset(key: string): Promise<void> {
-    this.entries.delete(key);
+    this.shardOf(key).entries.delete(key);
     return Promise.resolve();
-  }
-
-  /**
-   * Drops the least recently used entry. A fresh `keys()` iterator would walk past every
-   * slot freed by earlier evictions (V8 compacts a Map only when it rehashes), making each
-   * eviction O(maxKeys); this iterator resumes instead. Nothing live is ever behind it:
-   * every entry it returned was deleted, and a used entry is re-inserted at the end.
-   */
-  private evictOldest(): void {
-    this.evictor ??= this.entries.keys();
-    let next = this.evictor.next();
-    if (next.done) {
-      this.evictor = this.entries.keys();
-      next = this.evictor.next();
-    }
-    if (!next.done) this.entries.delete(next.value);
   }
 
   /** Drops expired entries, examining at most a batch per call and resuming where it stopped. */
   sweep(now: number): void {
-    this.sweeper ??= this.entries.entries();
     for (let seen = 0; seen < SWEEP_BATCH; seen++) {
+      const shard = this.shards[this.sweepShard];
+      this.sweeper ??= shard.entries.entries();
       const next = this.sweeper.next();
       if (next.done) {
         this.sweeper = undefined;
-        return;
+        this.sweepShard = (this.sweepShard + 1) % this.shards.length;
+        // A full pass ends a sweep: the next one starts on the next tick.
+        if (this.sweepShard === 0) return;
+        continue;
       }
       const [key, entry] = next.value;
-      if (entry.expiresAt <= now) this.entries.delete(key);
+      if (entry.expiresAt <= now) shard.entries.delete(key);
     }
   }
 
   /** Stops the sweep timer and forgets everything. */
   shutdown(): void {
     if (this.timer) clearInterval(this.timer);
-    this.entries.clear();
+    for (const shard of this.shards) shard.clear();
     this.sweeper = undefined;
-    this.evictor = undefined;
+    this.sweepShard = 0;
   }
 }
