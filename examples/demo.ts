@@ -10,7 +10,7 @@ import { byIp, MemoryStore, rateLimit, RedisStore } from '../src/express';
 
 async function main(): Promise<void> {
   const client = process.env.REDIS_URL
-    ? new Redis(process.env.REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 1, enableAutoPipelining: true })
+    ? new Redis(process.env.REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 1 })
     : undefined;
   if (client) await new Promise((resolve, reject) => client.once('ready', resolve).once('error', reject));
   const store = client ? new RedisStore({ client }) : new MemoryStore();

@@ -9,7 +9,6 @@ import { byApiKey, byIp, rateLimit, RedisStore } from '../src/express';
 // Settings recommended for the limiter's connection: fail fast while Redis is down
 // instead of queueing (see README, "Redis outages").
 const client = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', {
-  enableAutoPipelining: true,
   enableOfflineQueue: false,
   maxRetriesPerRequest: 1,
 });

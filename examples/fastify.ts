@@ -7,7 +7,6 @@ import { Redis } from 'ioredis';
 import { byIp, byUser, rateLimitPlugin, RedisStore } from '../src/fastify';
 
 const client = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', {
-  enableAutoPipelining: true,
   enableOfflineQueue: false,
   maxRetriesPerRequest: 1,
 });
