@@ -4,7 +4,7 @@
  *
  * Configured by environment:
  * - BENCH_FRAMEWORK: `express` | `fastify`
- * - BENCH_LIMITER:   `bare` | `swl` (this package) | `swl0` (this package, client without auto-pipelining)
+ * - BENCH_LIMITER:   `bare` | `swl` (this package) | `swlap` (this package, client with auto-pipelining)
  *                    | `floor` (no limiter: a hook that answers every request with the 429 this package sends) | `erl` (express-rate-limit + rate-limit-redis)
  *                    | `rlf` (rate-limiter-flexible RateLimiterRedis) | `frl` (@fastify/rate-limit)
  * - BENCH_LIMIT, BENCH_WINDOW_MS: the same limit for every limiter
@@ -26,10 +26,10 @@ const peerClient = process.env.BENCH_PEER_CLIENT ?? 'default';
 /** Each server counts under its own key prefix, so no two share (or clobber) a key. */
 const prefix = process.env.BENCH_PREFIX ?? `${framework}-${limiterName}`;
 
-/** The client options the README recommends for this package's limiter. */
-export const RECOMMENDED_CLIENT: RedisOptions = { enableAutoPipelining: true, enableOfflineQueue: false, maxRetriesPerRequest: 1 };
-/** The same without auto-pipelining (limiter `swl0`), for comparison. */
-const WITHOUT_AUTOPIPELINING: RedisOptions = { ...RECOMMENDED_CLIENT, enableAutoPipelining: false };
+/** The client options the README recommends for this package's limiter (auto-pipelining left off). */
+export const RECOMMENDED_CLIENT: RedisOptions = { enableOfflineQueue: false, maxRetriesPerRequest: 1 };
+/** The same with auto-pipelining (limiter `swlap`), which the README advised at first, for comparison. */
+const WITH_AUTOPIPELINING: RedisOptions = { ...RECOMMENDED_CLIENT, enableAutoPipelining: true };
 
 const BODY = 'ok';
 
@@ -79,9 +79,9 @@ async function express(): Promise<(port: number) => Promise<number>> {
     case 'bare':
       break;
     case 'swl':
-    case 'swl0': {
+    case 'swlap': {
       const { rateLimit, RedisStore } = await import('../src/express');
-      const client = await connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITHOUT_AUTOPIPELINING);
+      const client = await connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITH_AUTOPIPELINING);
       app.use(rateLimit({ store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) }));
       break;
     }
@@ -147,9 +147,9 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
     case 'bare':
       break;
     case 'swl':
-    case 'swl0': {
+    case 'swlap': {
       const { rateLimitPlugin, RedisStore } = await import('../src/fastify');
-      const client = await connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITHOUT_AUTOPIPELINING);
+      const client = await connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITH_AUTOPIPELINING);
       await app.register(rateLimitPlugin, { store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) });
       break;
     }
