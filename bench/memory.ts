@@ -180,16 +180,6 @@ function cpuModel(): string {
   return line ? line.split(':')[1].trim() : 'unknown';
 }
 
-/** Stops redis-server, keeping the event loop alive meanwhile (the helper's child process is unref'd). */
-async function stopRedis(redis: { stop(): Promise<void> }): Promise<void> {
-  const keepAlive = setInterval(() => undefined, 1000);
-  try {
-    await redis.stop();
-  } finally {
-    clearInterval(keepAlive);
-  }
-}
-
 async function main(): Promise<void> {
   const started = new Date();
   // DEBUG HTSTATS tells when the key dictionaries have finished rehashing.
@@ -216,7 +206,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await client.quit().catch(() => undefined);
-    await stopRedis(redis);
+    await redis.stop();
   }
 
   const lines: string[] = [];

@@ -408,16 +408,6 @@ function wrkVersion(): string {
   return 'unknown';
 }
 
-/** Stops redis-server, keeping the event loop alive meanwhile (the helper's child process is unref'd). */
-async function stopRedis(redis: { stop(): Promise<void> }): Promise<void> {
-  const keepAlive = setInterval(() => undefined, 1000);
-  try {
-    await redis.stop();
-  } finally {
-    clearInterval(keepAlive);
-  }
-}
-
 async function main(): Promise<void> {
   const started = new Date();
   buildDir = compileForBench(['server.ts']);
@@ -509,7 +499,7 @@ async function main(): Promise<void> {
   } finally {
     await stopAll();
     await admin.quit().catch(() => undefined);
-    await stopRedis(redis);
+    await redis.stop();
   }
 
   const markdown = report(cells, { started, seconds: (Date.now() - started.getTime()) / 1000, loadBefore, redisVersion });

@@ -56,8 +56,10 @@ function waitForPort(port: number, timeoutMs = 10_000): Promise<void> {
   });
 }
 
+/** Waits for `child` to exit, keeping the event loop alive meanwhile (the servers are unref'd while they run). */
 function exited(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  child.ref();
   return new Promise((resolve) => child.once('exit', () => resolve()));
 }
 
