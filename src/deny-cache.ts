@@ -1,4 +1,5 @@
 import type { Decision } from './limiter';
+import { LruMap } from './lru';
 
 interface Denial {
   decision: Decision;
@@ -20,16 +21,11 @@ interface Denial {
  * moment the denied cost fits. Bounded: least recently denied first out.
  */
 export class DenyCache {
-  private readonly denials = new Map<string, Denial>();
-  /**
-   * Resumes where the last eviction stopped: a fresh `keys()` iterator would walk past every
-   * slot freed by earlier evictions (V8 compacts a Map only when it rehashes), O(capacity)
-   * per eviction. Nothing live is behind it: what it returned was deleted, and a
-   * re-remembered key moves to the end.
-   */
-  private evictor: IterableIterator<string> | undefined;
+  private readonly denials: LruMap<Denial>;
 
-  constructor(private readonly capacity: number) {}
+  constructor(capacity: number) {
+    this.denials = new LruMap(capacity);
+  }
 
   get(key: string, cost: number, now: number): Decision | undefined {
     const denial = this.denials.get(key);
@@ -44,17 +40,7 @@ export class DenyCache {
   }
 
   remember(key: string, decision: Decision, now: number): void {
-    this.denials.delete(key);
     this.denials.set(key, { decision, at: now, until: now + decision.retryAfterMs });
-    if (this.denials.size > this.capacity) {
-      this.evictor ??= this.denials.keys();
-      let oldest = this.evictor.next();
-      if (oldest.done) {
-        this.evictor = this.denials.keys();
-        oldest = this.evictor.next();
-      }
-      if (!oldest.done) this.denials.delete(oldest.value);
-    }
   }
 
   delete(key: string): void {

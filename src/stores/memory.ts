@@ -1,6 +1,7 @@
 import type { Algorithm, RawReply } from '../algorithms/types';
 import { nonNegativeInteger, positiveInteger, rejectUnknownKeys } from '../options';
 import type { Store, StoreCheck } from './types';
+import { LruMap } from '../lru';
 
 /** Options of {@link MemoryStore}. */
 export interface MemoryStoreOptions {
@@ -32,42 +33,6 @@ const SWEEP_BATCH = 10_000;
  */
 const SHARD_SIZE = 65_536;
 
-/** One Map of entries in recency order (every access moves its entry to the end), with its own bound. */
-class Shard {
-  readonly entries = new Map<string, Entry>();
-  /** Resumes where the last eviction stopped: see {@link Shard.evictOldest}. */
-  private evictor: IterableIterator<string> | undefined;
-
-  constructor(readonly capacity: number) {}
-
-  /** Inserts or refreshes `key` as the most recently used entry, evicting the least recently used past capacity. */
-  set(key: string, entry: Entry): void {
-    this.entries.set(key, entry);
-    if (this.entries.size > this.capacity) this.evictOldest();
-  }
-
-  /**
-   * Drops the least recently used entry. A fresh `keys()` iterator would walk past every
-   * slot freed by earlier evictions (V8 compacts a Map only when it rehashes), making each
-   * eviction O(capacity); this iterator resumes instead. Nothing live is ever behind it:
-   * every entry it returned was deleted, and a used entry is re-inserted at the end.
-   */
-  private evictOldest(): void {
-    this.evictor ??= this.entries.keys();
-    let next = this.evictor.next();
-    if (next.done) {
-      this.evictor = this.entries.keys();
-      next = this.evictor.next();
-    }
-    if (!next.done) this.entries.delete(next.value);
-  }
-
-  clear(): void {
-    this.entries.clear();
-    this.evictor = undefined;
-  }
-}
-
 /**
  * Keeps rate-limit state in this process: for one process, tests, or as a fallback.
  * It runs each algorithm's TypeScript twin, which decides exactly as the Redis script
@@ -78,7 +43,7 @@ class Shard {
 export class MemoryStore implements Store {
   readonly needsTimeout = false;
   readonly maxKeys: number;
-  private readonly shards: Shard[];
+  private readonly shards: LruMap<Entry>[];
   /** Sweep position: the shard, and the iterator within it. */
   private sweepShard = 0;
   private sweeper: IterableIterator<[string, Entry]> | undefined;
@@ -96,7 +61,7 @@ export class MemoryStore implements Store {
     rejectUnknownKeys(options, OPTIONS, 'MemoryStore');
     this.maxKeys = options.maxKeys === undefined ? 100_000 : positiveInteger(options.maxKeys, 'maxKeys');
     const shards = Math.ceil(this.maxKeys / SHARD_SIZE);
-    this.shards = Array.from({ length: shards }, () => new Shard(Math.ceil(this.maxKeys / shards)));
+    this.shards = Array.from({ length: shards }, () => new LruMap<Entry>(Math.ceil(this.maxKeys / shards)));
     const sweepIntervalMs = options.sweepIntervalMs === undefined ? 1_000 : nonNegativeInteger(options.sweepIntervalMs, 'sweepIntervalMs');
     if (sweepIntervalMs > 0) {
       this.timer = setInterval(() => this.sweep(this.ownClock ? Date.now() : this.lastNow), sweepIntervalMs);
@@ -107,11 +72,11 @@ export class MemoryStore implements Store {
   /** Number of identifiers currently held. */
   get size(): number {
     let size = 0;
-    for (const shard of this.shards) size += shard.entries.size;
+    for (const shard of this.shards) size += shard.size;
     return size;
   }
 
-  private shardOf(key: string): Shard {
+  private shardOf(key: string): LruMap<Entry> {
     if (this.shards.length === 1) return this.shards[0];
     let hash = 0;
     for (let i = 0; i < key.length; i++) hash = (Math.imul(hash, 31) + key.charCodeAt(i)) | 0;
@@ -123,22 +88,21 @@ export class MemoryStore implements Store {
     const at = now === undefined ? Date.now() : now;
     if (at > this.lastNow) this.lastNow = at;
     const shard = this.shardOf(key);
-    let entry = shard.entries.get(key);
-    if (entry !== undefined) {
-      shard.entries.delete(key);
-      if (entry.expiresAt <= at) entry = undefined;
-    }
+    let entry = shard.get(key);
+    if (entry !== undefined && entry.expiresAt <= at) entry = undefined;
     const result = algorithm.apply(entry?.state, { now: at, cost, dryRun, tiers });
     if (entry !== undefined && result.state === entry.state) {
-      shard.set(key, entry);
+      shard.set(key, entry); // unchanged, but now the most recently used
     } else if (result.state !== undefined) {
       shard.set(key, { state: result.state, expiresAt: result.expiresAt });
+    } else {
+      shard.delete(key);
     }
     return Promise.resolve(result.reply);
   }
 
   reset(key: string): Promise<void> {
-    this.shardOf(key).entries.delete(key);
+    this.shardOf(key).delete(key);
     return Promise.resolve();
   }
 
