@@ -19,6 +19,15 @@ export interface ExpressRateLimitOptions extends HttpOptions<Request> {
   handler?: (request: Request, response: Response, next: NextFunction, decision: Decision) => void | Promise<void>;
 }
 
+declare global {
+  namespace Express {
+    interface Request {
+      /** The decision of the last rate limiter this request passed, as in express-rate-limit's `req.rateLimit`. */
+      rateLimit?: Decision;
+    }
+  }
+}
+
 /** The middleware, with the limiter behind it for `reset()` or `peek()`. */
 export interface RateLimitMiddleware extends RequestHandler {
   readonly limiter: Limiter;
@@ -42,9 +51,11 @@ export function rateLimit(options: ExpressRateLimitOptions = {}): RateLimitMiddl
       case 'fail-open':
         return next();
       case 'allow':
+        request.rateLimit = outcome.decision;
         http.setHeaders(outcome, response, setHeader);
         return next();
       case 'deny': {
+        request.rateLimit = outcome.decision;
         http.setHeaders(outcome, response, setHeader);
         if (handler !== undefined) {
           const answered: unknown = handler(request, response, next, outcome.decision);

@@ -11,7 +11,7 @@
 import type { FastifyInstance, FastifyPluginCallback, FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler, RouteOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import { COUNTING_OPTIONS, HTTP_OPTIONS, HttpLimiter, type HttpOptions, type Outcome, SERVICE_UNAVAILABLE, createHttpLimiter } from './http';
-import type { Limiter } from './limiter';
+import type { Decision, Limiter } from './limiter';
 import { describe, oneOf, rejectUnknownKeys } from './options';
 
 /** The route hook the check runs in. */
@@ -46,6 +46,10 @@ declare module 'fastify' {
      */
     rateLimit?: RouteRateLimitOptions | false;
   }
+  interface FastifyRequest {
+    /** The rate-limit decision for this request (`null` when it was not limited, skipped or the store failed). */
+    rateLimit: Decision | null;
+  }
   interface FastifyInstance {
     /** The limiter of the plugin's own (non-route) settings, for `reset()` and `peek()`. */
     rateLimiter: Limiter;
@@ -67,9 +71,11 @@ function rateLimitHook(http: HttpLimiter<FastifyRequest>): onRequestHookHandler 
       case 'fail-open':
         return done();
       case 'allow':
+        reply.request.rateLimit = outcome.decision;
         http.setHeaders(outcome, reply, setHeader);
         return done();
       case 'deny': {
+        reply.request.rateLimit = outcome.decision;
         http.setHeaders(outcome, reply, setHeader);
         const { statusCode, body } = outcome.denial;
         reply.code(statusCode);
@@ -122,6 +128,7 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
   const base = createHttpLimiter<FastifyRequest>(shared, PLUGIN_OPTIONS, 'rateLimitPlugin');
   oneOf(shared.hook ?? 'onRequest', HOOKS, 'hook');
   fastify.decorate('rateLimiter', base.limiter);
+  if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null);
 
   fastify.addHook('onRoute', (route: RouteOptions) => {
     const config = route.config?.rateLimit;

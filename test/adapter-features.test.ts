@@ -126,3 +126,38 @@ describe.each(stores)('on %s', (_storeName, makeStore) => {
     expect(near).toEqual([0.8, 0.9, 1, 1]);
   });
 });
+
+describe('the decision on the request', () => {
+  test('Express: req.rateLimit holds the decision, as with express-rate-limit', async () => {
+    const seen: (number | undefined)[] = [];
+    const app = express();
+    app.use(rateLimit({ limit: 5, window: '1m', identify: () => 'c' }));
+    app.get('/', (req, res) => {
+      seen.push(req.rateLimit?.remaining);
+      res.send('ok');
+    });
+    await request(app).get('/');
+    await request(app).get('/');
+    expect(seen).toEqual([4, 3]);
+  });
+
+  test('Fastify: request.rateLimit holds the decision, null on exempt routes', async () => {
+    const seen: (number | null)[] = [];
+    const app = Fastify();
+    fastifyApps.push(app);
+    await app.register(rateLimitPlugin, { limit: 5, window: '1m', identify: () => 'c' });
+    app.get('/', async (req) => {
+      seen.push(req.rateLimit?.remaining ?? null);
+      return 'ok';
+    });
+    app.get('/free', { config: { rateLimit: false } }, async (req) => {
+      seen.push(req.rateLimit === null ? -1 : 99);
+      return 'ok';
+    });
+    await app.ready();
+    await request(app.server).get('/');
+    await request(app.server).get('/');
+    await request(app.server).get('/free');
+    expect(seen).toEqual([4, 3, -1]);
+  });
+});
