@@ -5,7 +5,7 @@
  */
 import { createHeaderWriter, type HeadersOption, type HeaderWriter, type ResetFormat, secondsUntil, type SetHeader } from './headers';
 import { byIp, type IdentifyOption, type RequestLike, resolveIdentify } from './identify';
-import { type Decision, type Limiter, LIMITER_OPTIONS, type LimiterOptions, limiterFrom } from './limiter';
+import { type Decision, type Limiter, LIMITER_OPTIONS, type LimiterOptions, limiterFrom, smallestLimit, validateCost } from './limiter';
 import { describe, oneOf, optionalFunction, rejectUnknownKeys } from './options';
 import type { Store } from './stores/types';
 
@@ -112,14 +112,14 @@ export class HttpLimiter<Req extends object> {
       if ((options as Record<string, unknown>)[key] !== undefined) limiterOptions[key] = (options as Record<string, unknown>)[key];
     }
     this.limiter = limiterFrom(limiterOptions as LimiterOptions);
-    this.smallestLimit = Math.min(...this.limiter.tiers.map((tier) => tier.limit));
+    this.smallestLimit = smallestLimit(this.limiter.tiers);
     warnOnSharedPrefix(this.limiter);
 
     this.identify = resolveIdentify(options.identify, byIp() as unknown as (request: Req) => string | undefined);
     if (typeof options.cost === 'function') {
       this.costOf = options.cost;
     } else if (options.cost !== undefined) {
-      this.fixedCost = this.validCost(options.cost);
+      this.fixedCost = validateCost(options.cost, this.smallestLimit);
     }
     this.skip = optionalFunction(options.skip, 'skip');
     this.writeHeaders = createHeaderWriter(options.headers, options.resetFormat, this.limiter.tiers);
@@ -152,7 +152,7 @@ export class HttpLimiter<Req extends object> {
   evaluate(request: Req): Outcome | Promise<Outcome> {
     if (this.skip !== undefined && this.skip(request)) return SKIP;
     const identifier = this.identify(request);
-    const cost = this.costOf === undefined ? (this.fixedCost ?? 1) : this.validCost(this.costOf(request));
+    const cost = this.costOf === undefined ? (this.fixedCost ?? 1) : validateCost(this.costOf(request), this.smallestLimit);
     return this.limiter.check(identifier, { cost }).then(
       (decision) => this.decide(decision, request),
       (error: unknown) => this.fail(error, request),
@@ -188,12 +188,6 @@ export class HttpLimiter<Req extends object> {
     return this.failClosed ? { kind: 'fail-closed', error } : { kind: 'fail-open', error };
   }
 
-  private validCost(cost: unknown): number {
-    if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 0 || cost > this.smallestLimit) {
-      throw new TypeError(`cost: must be an integer from 0 to ${this.smallestLimit} (the smallest limit), got ${describe(cost)}`);
-    }
-    return cost;
-  }
 }
 
 /** Validates adapter options (unknown keys included) and builds the shared limiter. */

@@ -161,6 +161,19 @@ export function resolveTiers(options: Pick<LimiterOptions, 'limit' | 'window' | 
   return [makeTier(options.limit === undefined ? 100 : options.limit, options.window === undefined ? '1m' : options.window, '')];
 }
 
+/** The smallest limit among `tiers`: no single request may cost more. */
+export function smallestLimit(tiers: readonly Tier[]): number {
+  return Math.min(...tiers.map((tier) => tier.limit));
+}
+
+/** Returns `cost` if it is an integer from 0 to `smallest`, else throws a `TypeError` naming `cost`. */
+export function validateCost(cost: unknown, smallest: number): number {
+  if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 0 || cost > smallest) {
+    throw new TypeError(`cost: must be an integer from 0 to ${smallest} (the smallest limit), got ${describe(cost)}`);
+  }
+  return cost;
+}
+
 function makeTier(limitOption: unknown, windowOption: unknown, path: string): Tier {
   const limit = positiveInteger(limitOption, `${path}limit`);
   const window = parseDuration(windowOption, `${path}window`);
@@ -201,7 +214,7 @@ class SlidingWindowLimiter implements Limiter {
     this.timeoutMs = options.timeoutMs === undefined ? 500 : positiveInteger(options.timeoutMs, 'timeoutMs');
     const denyCacheSize = options.denyCacheSize === undefined ? 10_000 : nonNegativeInteger(options.denyCacheSize, 'denyCacheSize');
     this.denyCache = denyCacheSize > 0 ? new DenyCache(denyCacheSize) : undefined;
-    this.smallestLimit = Math.min(...this.tiers.map((tier) => tier.limit));
+    this.smallestLimit = smallestLimit(this.tiers);
   }
 
   keyFor(identifier: string): string {
@@ -239,7 +252,7 @@ class SlidingWindowLimiter implements Limiter {
     let cost: number;
     try {
       key = this.keyFor(identifier);
-      cost = this.validCost(options?.cost);
+      cost = options?.cost === undefined ? 1 : validateCost(options.cost, this.smallestLimit);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -258,14 +271,6 @@ class SlidingWindowLimiter implements Limiter {
       }
       return decision;
     });
-  }
-
-  private validCost(cost: unknown): number {
-    if (cost === undefined) return 1;
-    if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 0 || cost > this.smallestLimit) {
-      throw new TypeError(`cost: must be an integer from 0 to ${this.smallestLimit} (the smallest limit), got ${describe(cost)}`);
-    }
-    return cost;
   }
 
   private bounded<T>(promise: Promise<T>): Promise<T> {
