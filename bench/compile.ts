@@ -24,7 +24,11 @@ function sources(dir: string): string[] {
  * as the repository). `srcDir` (default `src/`; env BENCH_SRC) lets an A/B test run a
  * modified copy of the sources without touching the working tree.
  */
-export function compileForBench(benchFiles: readonly string[], srcDir = process.env.BENCH_SRC ?? join(ROOT, 'src'), otherFiles: readonly string[] = []): string {
+export function compileForBench(
+  benchFiles: readonly string[],
+  srcDir = process.env.BENCH_SRC ?? join(ROOT, 'src'),
+  otherFiles: readonly string[] = [],
+): string {
   rmSync(BUILD_DIR, { recursive: true, force: true });
   const files = [
     ...sources(srcDir).map((file) => ({ file, out: join('src', relative(srcDir, file)) })),

@@ -14,7 +14,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
 import Redis from 'ioredis';
-import { algorithms, type AlgorithmName } from '../src/algorithms';
+import { type AlgorithmName, algorithms } from '../src/algorithms';
 import { createLimiter } from '../src/limiter';
 import { startRedis } from '../test/helpers/redis-server';
 
@@ -46,7 +46,12 @@ const VARIANTS: readonly Variant[] = [
   { algorithm: 'sliding-window', cost: 1, window: WINDOW, note: 'the target case: one request per identifier' },
   { algorithm: 'fixed-window', cost: 1, window: WINDOW, note: 'one request per identifier' },
   { algorithm: 'sliding-log', cost: 1, window: WINDOW, note: 'one request per identifier' },
-  { algorithm: 'sliding-window', cost: 10, window: WINDOW, note: '10 counted per identifier: a client that has made 10 requests in the window (longer counts, if the encoding lengthens them)' },
+  {
+    algorithm: 'sliding-window',
+    cost: 10,
+    window: WINDOW,
+    note: '10 counted per identifier: a client that has made 10 requests in the window (longer counts, if the encoding lengthens them)',
+  },
 ];
 
 interface Row extends Variant {
@@ -80,12 +85,19 @@ async function measure(client: Redis, variant: Variant): Promise<Row> {
   const limiter = createLimiter({ limit: LIMIT, window, algorithm, prefix: PREFIX });
   const { lua } = algorithms[algorithm];
   const command = `bench_${algorithm.replace(/-/g, '_')}`;
-  if (typeof (client as unknown as Record<string, unknown>)[command] !== 'function') client.defineCommand(command, { numberOfKeys: 1, lua });
+  if (typeof (client as unknown as Record<string, unknown>)[command] !== 'function')
+    client.defineCommand(command, { numberOfKeys: 1, lua });
   const tierArgs = limiter.tiers.flatMap((tier) => [tier.limit, tier.window]);
 
   await client.flushall();
   // Load the script (its cache entry is not per-identifier memory) before the baseline.
-  await (client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[command](limiter.keyFor('warm-up'), '', 1, '0', ...tierArgs);
+  await (client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[command](
+    limiter.keyFor('warm-up'),
+    '',
+    1,
+    '0',
+    ...tierArgs,
+  );
   await client.flushall();
   await settle(client);
   const before = await usedMemory(client);
@@ -95,7 +107,9 @@ async function measure(client: Redis, variant: Variant): Promise<Row> {
   const now = String(Math.floor(Date.now() / limiter.tiers[0].window) * limiter.tiers[0].window);
   const started = process.hrtime.bigint();
   for (let start = 0; start < IDS; start += BATCH) {
-    const pipeline = client.pipeline() as unknown as Record<string, (...args: unknown[]) => unknown> & { exec(): Promise<[Error | null, unknown][]> };
+    const pipeline = client.pipeline() as unknown as Record<string, (...args: unknown[]) => unknown> & {
+      exec(): Promise<[Error | null, unknown][]>;
+    };
     for (let n = start; n < Math.min(IDS, start + BATCH); n++) {
       // ARGV: now, cost, dry run, then limit and window per tier.
       pipeline[command](limiter.keyFor(identifier(n)), now, cost, '0', ...tierArgs);
@@ -116,7 +130,18 @@ async function measure(client: Redis, variant: Variant): Promise<Row> {
       ? JSON.stringify(await client.get(sampleKey))
       : JSON.stringify(await client.call('ZRANGE', sampleKey, '0', '-1', 'WITHSCORES'));
   const memoryUsage = Number(await client.call('MEMORY', 'USAGE', sampleKey, 'SAMPLES', '0'));
-  return { ...variant, before, after, keys, perIdentifier: (after - before) / IDS, sampleKey, sampleType, sampleValue, memoryUsage, seconds };
+  return {
+    ...variant,
+    before,
+    after,
+    keys,
+    perIdentifier: (after - before) / IDS,
+    sampleKey,
+    sampleType,
+    sampleValue,
+    memoryUsage,
+    seconds,
+  };
 }
 
 /** An alternative layout for the sliding window, emulated with plain commands (not this package's script). */
@@ -176,7 +201,9 @@ function gitState(): string {
 }
 
 function cpuModel(): string {
-  const line = readFileSync('/proc/cpuinfo', 'utf8').split('\n').find((l) => l.startsWith('model name'));
+  const line = readFileSync('/proc/cpuinfo', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('model name'));
   return line ? line.split(':')[1].trim() : 'unknown';
 }
 
@@ -193,7 +220,9 @@ async function main(): Promise<void> {
   const whatIfs: { name: string; bytes: number }[] = [];
   try {
     for (const variant of VARIANTS) {
-      process.stderr.write(`${variant.algorithm}, cost ${variant.cost}, window ${variant.window}: ${IDS.toLocaleString('en-US')} identifiers... `);
+      process.stderr.write(
+        `${variant.algorithm}, cost ${variant.cost}, window ${variant.window}: ${IDS.toLocaleString('en-US')} identifiers... `,
+      );
       const row = await measure(client, variant);
       process.stderr.write(`${row.perIdentifier.toFixed(1)} bytes each (${row.seconds.toFixed(1)} s)\n`);
       rows.push(row);
@@ -223,7 +252,9 @@ async function main(): Promise<void> {
     `| keys | prefix \`${PREFIX}\`, identifiers as \`byIp()\` makes them for 10.0.0.0/8 clients (\`ip:10.x.y.z\`), so keys look like \`${rows[0]?.sampleKey ?? ''}\`; limit ${LIMIT} per window |`,
   );
   lines.push('');
-  lines.push('| algorithm | counted per identifier | window | bytes per identifier | used_memory before | used_memory after | keys | sample key | type | sample value | `MEMORY USAGE` of the sample | why |');
+  lines.push(
+    '| algorithm | counted per identifier | window | bytes per identifier | used_memory before | used_memory after | keys | sample key | type | sample value | `MEMORY USAGE` of the sample | why |',
+  );
   lines.push('| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | --- |');
   for (const row of rows) {
     lines.push(

@@ -48,7 +48,14 @@ async function main(): Promise<void> {
   try {
     const measured: Record<string, number>[] = [];
     for (const enableAutoPipelining of [true, false]) {
-      const client = new Redis({ host: '127.0.0.1', port: redis.port, enableAutoPipelining, enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
+      const client = new Redis({
+        host: '127.0.0.1',
+        port: redis.port,
+        enableAutoPipelining,
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 1,
+        lazyConnect: true,
+      });
       await client.connect();
       const store = new RedisStore({ client });
       const run = `${enableAutoPipelining ? 'ap' : 'plain'}${Date.now()}`;
@@ -73,7 +80,11 @@ async function main(): Promise<void> {
       await http(deny)();
       const figures: Record<string, number> = {};
       figures['ioredis GET'] = await cpuPerOperation(() => client.get(`${run}-get`), OPERATIONS, IN_FLIGHT);
-      figures['RedisStore.check'] = await cpuPerOperation(() => store.check(algorithms['sliding-window'], `${run}-store:user:1`, check), OPERATIONS, IN_FLIGHT);
+      figures['RedisStore.check'] = await cpuPerOperation(
+        () => store.check(algorithms['sliding-window'], `${run}-store:user:1`, check),
+        OPERATIONS,
+        IN_FLIGHT,
+      );
       figures['Limiter.check'] = await cpuPerOperation(() => limiter.check('user:1'), OPERATIONS, IN_FLIGHT);
       figures['HttpLimiter.evaluate + headers, allowed'] = await cpuPerOperation(http(allow), OPERATIONS, IN_FLIGHT);
       figures['HttpLimiter.evaluate + headers, denied from the deny cache'] = await cpuPerOperation(http(deny), OPERATIONS * 4, 1);
@@ -106,7 +117,8 @@ function relaunchCompiled(): boolean {
   return true;
 }
 
-if (!relaunchCompiled()) main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exit(1);
-});
+if (!relaunchCompiled())
+  main().catch((error: unknown) => {
+    process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exit(1);
+  });

@@ -80,9 +80,27 @@ interface Scenario {
 }
 
 const SCENARIOS: readonly Scenario[] = [
-  { id: 'a', title: '(a) allowed traffic, one identifier', limit: HIGH_LIMIT, traffic: { kind: 'one', id: 'user:1' }, countStatuses: false },
-  { id: 'b', title: `(b) allowed traffic over ${IDS.toLocaleString('en-US')} identifiers`, limit: HIGH_LIMIT, traffic: { kind: 'many', count: IDS }, countStatuses: false },
-  { id: 'c', title: `(c) flood from one identifier over its limit (${LOW_LIMIT} per ${WINDOW_MS / 1000} s)`, limit: LOW_LIMIT, traffic: { kind: 'one', id: 'user:flood' }, countStatuses: true },
+  {
+    id: 'a',
+    title: '(a) allowed traffic, one identifier',
+    limit: HIGH_LIMIT,
+    traffic: { kind: 'one', id: 'user:1' },
+    countStatuses: false,
+  },
+  {
+    id: 'b',
+    title: `(b) allowed traffic over ${IDS.toLocaleString('en-US')} identifiers`,
+    limit: HIGH_LIMIT,
+    traffic: { kind: 'many', count: IDS },
+    countStatuses: false,
+  },
+  {
+    id: 'c',
+    title: `(c) flood from one identifier over its limit (${LOW_LIMIT} per ${WINDOW_MS / 1000} s)`,
+    limit: LOW_LIMIT,
+    traffic: { kind: 'one', id: 'user:flood' },
+    countStatuses: true,
+  },
 ];
 
 /** CPU used during one measurement, in cores (CPU seconds per wall second). */
@@ -120,7 +138,13 @@ const ONLY_IN: Partial<Record<LimiterName, readonly Scenario['id'][]>> = { floor
 const selected = (framework: Framework, limiter: LimiterName, scenario: Scenario['id']): boolean =>
   (ONLY_IN[limiter]?.includes(scenario) ?? true) &&
   (ONLY.length === 0 ||
-  ONLY.some((filter) => filter === scenario || filter === framework || filter === `${framework}:${limiter}` || filter === `${framework}:${limiter}:${scenario}`));
+    ONLY.some(
+      (filter) =>
+        filter === scenario ||
+        filter === framework ||
+        filter === `${framework}:${limiter}` ||
+        filter === `${framework}:${limiter}:${scenario}`,
+    ));
 
 function log(message: string): void {
   process.stderr.write(`${message}\n`);
@@ -132,10 +156,13 @@ function startServer(framework: Framework, limiter: LimiterName, limit: number, 
   const profile = PROFILE.has(`${framework}:${limiter}`);
   if (profile) mkdirSync(PROFILE_DIR, { recursive: true });
   const nodeArgs = [
-    ...(profile ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR, '--cpu-prof-name', `${framework}-${limiter}-limit${limit}-${Date.now()}.cpuprofile`] : []),
+    ...(profile
+      ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR, '--cpu-prof-name', `${framework}-${limiter}-limit${limit}-${Date.now()}.cpuprofile`]
+      : []),
     join(buildDir, 'bench', 'server.js'),
   ];
-  const [command, args] = SERVER_CPUS === undefined ? [process.execPath, nodeArgs] : ['taskset', ['-c', SERVER_CPUS, process.execPath, ...nodeArgs]];
+  const [command, args] =
+    SERVER_CPUS === undefined ? [process.execPath, nodeArgs] : ['taskset', ['-c', SERVER_CPUS, process.execPath, ...nodeArgs]];
   const child = spawn(command, args, {
     cwd: ROOT,
     env: {
@@ -215,8 +242,10 @@ async function foreignLoad(seconds: number, own: () => number): Promise<number> 
 }
 
 function cpuModel(): string {
-  const line = readFileSync('/proc/cpuinfo', 'utf8').split('\n').find((l) => l.startsWith('model name'));
-  return line ? line.split(':')[1].trim() : cpus()[0]?.model ?? 'unknown';
+  const line = readFileSync('/proc/cpuinfo', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('model name'));
+  return line ? line.split(':')[1].trim() : (cpus()[0]?.model ?? 'unknown');
 }
 
 function version(pkg: string): string {
@@ -230,7 +259,8 @@ function best(runs: readonly Run[]): Run {
 const fmtRps = (n: number): string => Math.round(n).toLocaleString('en-US');
 const fmtMs = (us: number): string => (us / 1000).toFixed(2);
 
-const fmtCpu = (cpu: CpuShare): string => `${cpu.server.toFixed(2)} / ${cpu.redis.toFixed(2)} / ${cpu.wrk.toFixed(2)} / ${cpu.other.toFixed(2)}`;
+const fmtCpu = (cpu: CpuShare): string =>
+  `${cpu.server.toFixed(2)} / ${cpu.redis.toFixed(2)} / ${cpu.wrk.toFixed(2)} / ${cpu.other.toFixed(2)}`;
 
 function statusMix(result: WrkResult): string {
   if (result.statuses === undefined) {
@@ -263,7 +293,13 @@ function ratioOf(cells: readonly Cell[], framework: Framework, limiter: LimiterN
 }
 
 /** Best requests/s of `limiter` ÷ best of `reference`, same framework and scenario. */
-function ratioBetween(cells: readonly Cell[], framework: Framework, limiter: LimiterName, reference: LimiterName, scenario: Scenario['id']): number | undefined {
+function ratioBetween(
+  cells: readonly Cell[],
+  framework: Framework,
+  limiter: LimiterName,
+  reference: LimiterName,
+  scenario: Scenario['id'],
+): number | undefined {
   const cell = cells.find((c) => c.framework === framework && c.limiter === limiter && c.scenario.id === scenario);
   const base = cells.find((c) => c.framework === framework && c.limiter === reference && c.scenario.id === scenario);
   if (cell === undefined || base === undefined || cell.runs.length === 0 || base.runs.length === 0) return undefined;
@@ -300,9 +336,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
   lines.push(
     `| load generator | wrk ${wrkVersion()}, a separate C process (not in the server's event loop): \`${wrkLine}\`; before a cell's first round, ${WARMUP} s of unmeasured warm-up load. (b): each request's \`x-id\` drawn at random from ${IDS.toLocaleString('en-US')} ids by a Lua \`request()\`; (c): a Lua \`response()\` counts the statuses, in every cell of (c), bare included |`,
   );
-  lines.push(
-    `| pinning | ${PIN ? 'server process on CPU 0 (`taskset -c 0`); wrk and redis-server on CPU 1' : 'none'} |`,
-  );
+  lines.push(`| pinning | ${PIN ? 'server process on CPU 0 (`taskset -c 0`); wrk and redis-server on CPU 1' : 'none'} |`);
   lines.push(
     `| method | ${ROUNDS} round(s) of ${DURATION} s per cell; each round runs every cell of a scenario in turn (order reversed every other round), and the best round (highest requests/s) of each cell is reported with its own latencies and CPU figures. Ratio = requests/s ÷ the bare framework's (best round) in the same run. Server CPU µs/request = the server process's CPU time (from /proc) ÷ requests answered; the "CPU ratio" below uses the lowest of the rounds |`,
   );
@@ -326,7 +360,9 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     const rows = cells.filter((c) => c.framework === framework && c.runs.length > 0);
     if (rows.length === 0) continue;
     lines.push(`## ${framework === 'express' ? 'Express' : 'Fastify'}`, '');
-    lines.push('| scenario | limiter | requests/s | p50 ms | p99 ms | ratio to bare | status mix | requests/s per round | server CPU µs/request | CPU cores: server / redis / wrk / other |');
+    lines.push(
+      '| scenario | limiter | requests/s | p50 ms | p99 ms | ratio to bare | status mix | requests/s per round | server CPU µs/request | CPU cores: server / redis / wrk / other |',
+    );
     lines.push('| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |');
     for (const scenario of SCENARIOS) {
       for (const limiter of limiters) {
@@ -344,8 +380,8 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
   lines.push('## Targets (this package, ratio to the bare framework)', '');
   lines.push(
     'Measured = requests/s ratio of the table above (client as the README recommends, without auto-pipelining). ' +
-      'Also: the same ratio with auto-pipelining, and, for reading through noise, the CPU ratio = bare server CPU µs per request ÷ the limited server\'s ' +
-      '(the throughput ratio a CPU-bound server would show; it leaves out redis-server\'s own CPU).',
+      "Also: the same ratio with auto-pipelining, and, for reading through noise, the CPU ratio = bare server CPU µs per request ÷ the limited server's " +
+      "(the throughput ratio a CPU-bound server would show; it leaves out redis-server's own CPU).",
     '',
   );
   lines.push(
@@ -431,7 +467,9 @@ async function main(): Promise<void> {
       log(`other processes: ${load.toFixed(2)} cores over 3 s; waiting for a quieter machine`);
     }
   }
-  log(`redis-server ${redisVersion} on port ${redis.port}${PIN ? ' (CPU 1)' : ''}; wrk: ${describeWrk({ threads: 1, connections: CONNECTIONS, durationSeconds: DURATION, cpus: LOAD_CPUS })}, warm-up ${WARMUP} s, ${ROUNDS} round(s)`);
+  log(
+    `redis-server ${redisVersion} on port ${redis.port}${PIN ? ' (CPU 1)' : ''}; wrk: ${describeWrk({ threads: 1, connections: CONNECTIONS, durationSeconds: DURATION, cpus: LOAD_CPUS })}, warm-up ${WARMUP} s, ${ROUNDS} round(s)`,
+  );
 
   const cells: Cell[] = [];
   const servers: Server[] = [];
@@ -469,11 +507,24 @@ async function main(): Promise<void> {
           for (const i of indices) {
             const server = order[i];
             const url = `http://127.0.0.1:${server.port}/`;
-            const common = { url, traffic: scenario.traffic, threads: 1, connections: CONNECTIONS, countStatuses: scenario.countStatuses, cpus: LOAD_CPUS };
+            const common = {
+              url,
+              traffic: scenario.traffic,
+              threads: 1,
+              connections: CONNECTIONS,
+              countStatuses: scenario.countStatuses,
+              cpus: LOAD_CPUS,
+            };
             // Warm-up (JIT, connection pools) once per server and scenario: later rounds find it warm.
             if (WARMUP > 0 && round === 0) await runWrk({ ...common, durationSeconds: WARMUP });
             const pid = server.child.pid!;
-            const before = { at: process.hrtime.bigint(), busy: machineBusy(), server: processCpu(pid), redis: processCpu(redisPid), self: process.cpuUsage() };
+            const before = {
+              at: process.hrtime.bigint(),
+              busy: machineBusy(),
+              server: processCpu(pid),
+              redis: processCpu(redisPid),
+              self: process.cpuUsage(),
+            };
             const result = await runWrk({ ...common, durationSeconds: DURATION });
             const wall = Number(process.hrtime.bigint() - before.at) / 1e9;
             const self = process.cpuUsage(before.self);

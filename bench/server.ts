@@ -82,7 +82,9 @@ async function express(): Promise<(port: number) => Promise<number>> {
     case 'swlap': {
       const { rateLimit, RedisStore } = await import('../src/express');
       const client = await connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITH_AUTOPIPELINING);
-      app.use(rateLimit({ store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) }));
+      app.use(
+        rateLimit({ store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) }),
+      );
       break;
     }
     case 'floor':
@@ -136,7 +138,9 @@ async function express(): Promise<(port: number) => Promise<number>> {
   });
   return (port) =>
     new Promise((resolve, reject) => {
-      const server = app.listen(port, '127.0.0.1', (error?: Error) => (error ? reject(error) : resolve((server.address() as { port: number }).port)));
+      const server = app.listen(port, '127.0.0.1', (error?: Error) =>
+        error ? reject(error) : resolve((server.address() as { port: number }).port),
+      );
     });
 }
 
@@ -150,7 +154,13 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
     case 'swlap': {
       const { rateLimitPlugin, RedisStore } = await import('../src/fastify');
       const client = await connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITH_AUTOPIPELINING);
-      await app.register(rateLimitPlugin, { store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) });
+      await app.register(rateLimitPlugin, {
+        store: new RedisStore({ client }),
+        limit,
+        window: windowMs,
+        prefix,
+        identify: (request) => idOf(request.headers),
+      });
       break;
     }
     case 'floor':
@@ -163,7 +173,13 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
     case 'frl': {
       const { default: plugin } = await import('@fastify/rate-limit');
       const client = await connect(peerOptions());
-      await app.register(plugin, { max: limit, timeWindow: windowMs, redis: client, nameSpace: `${prefix}:`, keyGenerator: (request) => idOf(request.headers) });
+      await app.register(plugin, {
+        max: limit,
+        timeWindow: windowMs,
+        redis: client,
+        nameSpace: `${prefix}:`,
+        keyGenerator: (request) => idOf(request.headers),
+      });
       break;
     }
     case 'rlf': {

@@ -117,7 +117,16 @@ export function describeWrk(options: Omit<WrkOptions, 'url' | 'traffic' | 'count
 }
 
 export function runWrk(options: WrkOptions): Promise<WrkResult> {
-  const wrkArgs = [`-t${options.threads}`, `-c${options.connections}`, `-d${options.durationSeconds}s`, '--timeout', '5s', '-s', scriptPath(), options.url];
+  const wrkArgs = [
+    `-t${options.threads}`,
+    `-c${options.connections}`,
+    `-d${options.durationSeconds}s`,
+    '--timeout',
+    '5s',
+    '-s',
+    scriptPath(),
+    options.url,
+  ];
   const commandLine = options.cpus === undefined ? ['wrk', ...wrkArgs] : ['taskset', '-c', options.cpus, 'wrk', ...wrkArgs];
   // Through bash, whose `times` then tells the CPU time wrk used.
   const command = 'bash';
@@ -144,7 +153,12 @@ export function runWrk(options: WrkOptions): Promise<WrkResult> {
       }
       const parsed = JSON.parse(line.slice('WRK_JSON '.length)) as Omit<WrkResult, 'requestsPerSecond' | 'cpuSeconds'>;
       // `times`: the shell's user and system time, then its children's (wrk's).
-      const times = stdout.trim().split('\n').slice(-1)[0].match(/(\d+)m([\d.]+)s/g) ?? [];
+      const times =
+        stdout
+          .trim()
+          .split('\n')
+          .slice(-1)[0]
+          .match(/(\d+)m([\d.]+)s/g) ?? [];
       const cpuSeconds = times.reduce((sum, t) => {
         const [, minutes, seconds] = /(\d+)m([\d.]+)s/.exec(t)!;
         return sum + Number(minutes) * 60 + Number(seconds);

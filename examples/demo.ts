@@ -6,7 +6,7 @@
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { Redis } from 'ioredis';
-import { byIp, MemoryStore, rateLimit, RedisStore } from '../src/express';
+import { byIp, MemoryStore, RedisStore, rateLimit } from '../src/express';
 
 async function main(): Promise<void> {
   const client = process.env.REDIS_URL

@@ -4,7 +4,7 @@
  */
 import express from 'express';
 import { Redis } from 'ioredis';
-import { byApiKey, byIp, rateLimit, RedisStore } from '../src/express';
+import { byApiKey, byIp, RedisStore, rateLimit } from '../src/express';
 
 // Settings recommended for the limiter's connection: fail fast while Redis is down
 // instead of queueing (see README, "Redis outages").

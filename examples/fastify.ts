@@ -4,7 +4,7 @@
  */
 import Fastify from 'fastify';
 import { Redis } from 'ioredis';
-import { byIp, byUser, rateLimitPlugin, RedisStore } from '../src/fastify';
+import { byIp, byUser, RedisStore, rateLimitPlugin } from '../src/fastify';
 
 const client = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', {
   enableOfflineQueue: false,
@@ -24,7 +24,11 @@ async function main(): Promise<void> {
   // Its own limit, so its own key space: searches do not use up the global quota.
   app.get('/search', { config: { rateLimit: { limit: 10, window: '1s' } } }, async () => ({ results: [] }));
   // Same quota as the plugin's, but counted per user when one is signed in.
-  app.get('/me', { config: { rateLimit: { identify: [byUser((request) => request.headers['x-user-id'] as string | undefined), byIp()] } } }, async () => ({ me: true }));
+  app.get(
+    '/me',
+    { config: { rateLimit: { identify: [byUser((request) => request.headers['x-user-id'] as string | undefined), byIp()] } } },
+    async () => ({ me: true }),
+  );
   app.get('/health', { config: { rateLimit: false } }, async () => 'ok');
 
   await app.listen({ port: 3000 });

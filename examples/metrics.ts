@@ -7,20 +7,30 @@
 import express, { type Express } from 'express';
 import { Redis } from 'ioredis';
 import { Counter, Histogram, Registry } from 'prom-client';
-import { MemoryStore, rateLimit, RedisStore } from '../src/express';
 import type { Store } from '../src';
+import { MemoryStore, RedisStore, rateLimit } from '../src/express';
 
 /** An app limited to `limit` requests per 10 s whose decisions are exported on /metrics. */
 export function createMetricsApp(store: Store, limit = 20, prefix = 'metrics-example'): Express {
   const registry = new Registry();
-  const decisions = new Counter({ name: 'rate_limit_decisions_total', help: 'Rate-limit decisions', labelNames: ['result'], registers: [registry] });
+  const decisions = new Counter({
+    name: 'rate_limit_decisions_total',
+    help: 'Rate-limit decisions',
+    labelNames: ['result'],
+    registers: [registry],
+  });
   const nearLimit = new Counter({
     name: 'rate_limit_near_limit_total',
     help: 'Decisions whose estimate / limit lies in [0.9, 1.1]',
     labelNames: ['result'],
     registers: [registry],
   });
-  const ratio = new Histogram({ name: 'rate_limit_ratio', help: 'estimated / limit at decision time', buckets: [0.25, 0.5, 0.75, 0.9, 1, 1.1], registers: [registry] });
+  const ratio = new Histogram({
+    name: 'rate_limit_ratio',
+    help: 'estimated / limit at decision time',
+    buckets: [0.25, 0.5, 0.75, 0.9, 1, 1.1],
+    registers: [registry],
+  });
 
   const app = express();
   // Registered before the limiter, so scraping is never limited.

@@ -7,8 +7,8 @@
  * app.post('/login', rateLimit({ store, limit: 5, window: '1m', prefix: 'login' }), login);
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import type { Decision, Limiter } from './limiter';
 import { createHttpLimiter, HTTP_OPTIONS, type HttpOptions, type Outcome, SERVICE_UNAVAILABLE } from './http';
+import type { Decision, Limiter } from './limiter';
 
 /** Options of {@link rateLimit}: the shared HTTP options, plus `handler`. */
 export interface ExpressRateLimitOptions extends HttpOptions<Request> {
@@ -49,11 +49,13 @@ export function rateLimit(options: ExpressRateLimitOptions = {}): RateLimitMiddl
     switch (outcome.kind) {
       case 'skip':
       case 'fail-open':
-        return next();
+        next();
+        return;
       case 'allow':
         request.rateLimit = outcome.decision;
         http.setHeaders(outcome, response, setHeader);
-        return next();
+        next();
+        return;
       case 'deny': {
         request.rateLimit = outcome.decision;
         http.setHeaders(outcome, response, setHeader);
@@ -80,7 +82,8 @@ export function rateLimit(options: ExpressRateLimitOptions = {}): RateLimitMiddl
     try {
       outcome = http.evaluate(request);
     } catch (error) {
-      return next(error);
+      next(error);
+      return;
     }
     if (outcome instanceof Promise) {
       outcome.then((settled) => respond(settled, request, response, next)).catch(next);
@@ -92,9 +95,9 @@ export function rateLimit(options: ExpressRateLimitOptions = {}): RateLimitMiddl
   return middleware;
 }
 
-export { byApiKey, byIp, byUser, ANONYMOUS } from './identify';
-export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption } from './identify';
-export { RedisStore, StoreUnavailableError } from './stores/redis';
-export { MemoryStore } from './stores/memory';
-export type { Decision, Limiter } from './limiter';
 export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './headers';
+export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption } from './identify';
+export { ANONYMOUS, byApiKey, byIp, byUser } from './identify';
+export type { Decision, Limiter } from './limiter';
+export { MemoryStore } from './stores/memory';
+export { RedisStore, StoreUnavailableError } from './stores/redis';

@@ -8,9 +8,25 @@
  * app.get('/search', { config: { rateLimit: { limit: 10, window: '1s' } } }, search);
  * app.get('/health', { config: { rateLimit: false } }, health);
  */
-import type { FastifyInstance, FastifyPluginCallback, FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler, RouteOptions } from 'fastify';
+import type {
+  FastifyInstance,
+  FastifyPluginCallback,
+  FastifyReply,
+  FastifyRequest,
+  HookHandlerDoneFunction,
+  onRequestHookHandler,
+  RouteOptions,
+} from 'fastify';
 import fp from 'fastify-plugin';
-import { COUNTING_OPTIONS, HTTP_OPTIONS, HttpLimiter, type HttpOptions, type Outcome, SERVICE_UNAVAILABLE, createHttpLimiter } from './http';
+import {
+  COUNTING_OPTIONS,
+  createHttpLimiter,
+  HTTP_OPTIONS,
+  HttpLimiter,
+  type HttpOptions,
+  type Outcome,
+  SERVICE_UNAVAILABLE,
+} from './http';
 import type { Decision, Limiter } from './limiter';
 import { describe, oneOf, rejectUnknownKeys } from './options';
 
@@ -69,11 +85,13 @@ function rateLimitHook(http: HttpLimiter<FastifyRequest>): onRequestHookHandler 
     switch (outcome.kind) {
       case 'skip':
       case 'fail-open':
-        return done();
+        done();
+        return;
       case 'allow':
         reply.request.rateLimit = outcome.decision;
         http.setHeaders(outcome, reply, setHeader);
-        return done();
+        done();
+        return;
       case 'deny': {
         reply.request.rateLimit = outcome.decision;
         http.setHeaders(outcome, reply, setHeader);
@@ -105,7 +123,12 @@ function rateLimitHook(http: HttpLimiter<FastifyRequest>): onRequestHookHandler 
 }
 
 /** The plugin's options with a route's overrides applied; tier options replace each other as a group. */
-function routeOptions(base: RouteRateLimitOptions, route: RouteRateLimitOptions, routeKey: string, baseLimiter: Limiter): RouteRateLimitOptions {
+function routeOptions(
+  base: RouteRateLimitOptions,
+  route: RouteRateLimitOptions,
+  routeKey: string,
+  baseLimiter: Limiter,
+): RouteRateLimitOptions {
   // The plugin's store object itself, so routes share its counts (and a default MemoryStore).
   const merged: Record<string, unknown> = { ...base, store: baseLimiter.store };
   if (route.limits !== undefined) {
@@ -136,7 +159,9 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
     let http = base;
     if (config !== undefined) {
       if (config === null || typeof config !== 'object') {
-        throw new TypeError(`config.rateLimit of ${route.method} ${route.url}: must be an options object or false, got ${describe(config)}`);
+        throw new TypeError(
+          `config.rateLimit of ${route.method} ${route.url}: must be an options object or false, got ${describe(config)}`,
+        );
       }
       rejectUnknownKeys(config, ROUTE_OPTIONS, `config.rateLimit of ${route.method} ${route.url}`);
       // HEAD runs the GET handler (Fastify adds a HEAD route for every GET route): it counts
@@ -147,7 +172,8 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
     const hookName = oneOf(config?.hook ?? shared.hook ?? 'onRequest', HOOKS, 'hook');
     const hook = rateLimitHook(http);
     const existing = route[hookName] as onRequestHookHandler | onRequestHookHandler[] | undefined;
-    (route as Record<RateLimitHook, unknown>)[hookName] = existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook];
+    (route as Record<RateLimitHook, unknown>)[hookName] =
+      existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook];
   });
 }
 
@@ -166,9 +192,9 @@ const plugin: FastifyPluginCallback<FastifyRateLimitOptions> = (fastify, options
 /** The rate-limit plugin for Fastify 5. Register it before the routes it should limit. */
 export const rateLimitPlugin = fp(plugin, { fastify: '5.x', name: 'sliding-window-limiter' });
 
-export { byApiKey, byIp, byUser, ANONYMOUS } from './identify';
-export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption } from './identify';
-export { RedisStore, StoreUnavailableError } from './stores/redis';
-export { MemoryStore } from './stores/memory';
-export type { Decision, Limiter } from './limiter';
 export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './headers';
+export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption } from './identify';
+export { ANONYMOUS, byApiKey, byIp, byUser } from './identify';
+export type { Decision, Limiter } from './limiter';
+export { MemoryStore } from './stores/memory';
+export { RedisStore, StoreUnavailableError } from './stores/redis';

@@ -50,7 +50,12 @@ export function policyNames(tiers: readonly Tier[]): string[] {
 }
 
 function windowLabel(window: number): string {
-  for (const [unit, ms] of [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1_000]] as const) {
+  for (const [unit, ms] of [
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1_000],
+  ] as const) {
     if (window % ms === 0) return `${window / ms}${unit}`;
   }
   return `${window}ms`;
@@ -60,9 +65,20 @@ function windowLabel(window: number): string {
  * Builds the header writer for a limiter's tiers once, so a request only formats the
  * numbers that change.
  */
-export function createHeaderWriter(option: HeadersOption | undefined, resetFormat: ResetFormat | undefined, tiers: readonly Tier[]): HeaderWriter | undefined {
+export function createHeaderWriter(
+  option: HeadersOption | undefined,
+  resetFormat: ResetFormat | undefined,
+  tiers: readonly Tier[],
+): HeaderWriter | undefined {
   const format = oneOf(resetFormat ?? 'epoch', ['epoch', 'delta'] as const, 'resetFormat');
-  const chosen = option === undefined ? ['legacy' as const] : option === false ? [] : Array.isArray(option) ? option : [option as HeaderStyle | HeaderFormat];
+  const chosen =
+    option === undefined
+      ? ['legacy' as const]
+      : option === false
+        ? []
+        : Array.isArray(option)
+          ? option
+          : [option as HeaderStyle | HeaderFormat];
   if (chosen.length === 0) return undefined;
   const parts = chosen.map((style) => {
     if (typeof style === 'function') return customWriter(style);
@@ -86,7 +102,11 @@ function styleWriter(style: HeaderStyle, resetFormat: ResetFormat, tiers: readon
       return (decision, target, set) => {
         set(target, 'X-RateLimit-Limit', String(decision.limit));
         set(target, 'X-RateLimit-Remaining', String(decision.remaining));
-        set(target, 'X-RateLimit-Reset', String(resetFormat === 'epoch' ? Math.ceil(decision.resetAt / 1000) : secondsUntil(decision.resetAt, decision.now)));
+        set(
+          target,
+          'X-RateLimit-Reset',
+          String(resetFormat === 'epoch' ? Math.ceil(decision.resetAt / 1000) : secondsUntil(decision.resetAt, decision.now)),
+        );
       };
     case 'draft-6':
       return (decision, target, set) => {
@@ -98,7 +118,11 @@ function styleWriter(style: HeaderStyle, resetFormat: ResetFormat, tiers: readon
     case 'draft-7':
       return (decision, target, set) => {
         set(target, 'RateLimit-Policy', policy);
-        set(target, 'RateLimit', `limit=${decision.limit}, remaining=${decision.remaining}, reset=${secondsUntil(decision.resetAt, decision.now)}`);
+        set(
+          target,
+          'RateLimit',
+          `limit=${decision.limit}, remaining=${decision.remaining}, reset=${secondsUntil(decision.resetAt, decision.now)}`,
+        );
       };
     case 'ietf': {
       const names = policyNames(tiers).map((name) => `"${name}"`);

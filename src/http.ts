@@ -3,9 +3,9 @@
  * the per-request check, headers, the 429 body and the failure policy. The adapters only
  * translate between their framework and {@link HttpLimiter}.
  */
-import { createHeaderWriter, type HeadersOption, type HeaderWriter, type ResetFormat, secondsUntil, type SetHeader } from './headers';
+import { createHeaderWriter, type HeadersOption, type HeaderWriter, type ResetFormat, type SetHeader, secondsUntil } from './headers';
 import { byIp, type IdentifyOption, type RequestLike, resolveIdentify } from './identify';
-import { type Decision, type Limiter, LIMITER_OPTIONS, type LimiterOptions, limiterFrom, smallestLimit, validateCost } from './limiter';
+import { type Decision, LIMITER_OPTIONS, type Limiter, type LimiterOptions, limiterFrom, smallestLimit, validateCost } from './limiter';
 import { describe, oneOf, optionalFunction, rejectUnknownKeys } from './options';
 import type { Store } from './stores/types';
 
@@ -48,8 +48,18 @@ export interface HttpOptions<Req> extends LimiterOptions {
 /** Keys every adapter accepts; adapters add their own (Express `handler`, Fastify `global`). */
 export const HTTP_OPTIONS: ReadonlySet<string> = new Set([
   ...LIMITER_OPTIONS,
-  'identify', 'cost', 'skip', 'headers', 'resetFormat', 'statusCode', 'message',
-  'onDecision', 'onNearLimit', 'nearLimitBand', 'onError', 'failMode',
+  'identify',
+  'cost',
+  'skip',
+  'headers',
+  'resetFormat',
+  'statusCode',
+  'message',
+  'onDecision',
+  'onNearLimit',
+  'nearLimitBand',
+  'onError',
+  'failMode',
 ]);
 
 /**
@@ -150,7 +160,7 @@ export class HttpLimiter<Req extends object> {
    * framework's error handling.
    */
   evaluate(request: Req): Outcome | Promise<Outcome> {
-    if (this.skip !== undefined && this.skip(request)) return SKIP;
+    if (this.skip?.(request)) return SKIP;
     const identifier = this.identify(request);
     const cost = this.costOf === undefined ? (this.fixedCost ?? 1) : validateCost(this.costOf(request), this.smallestLimit);
     return this.limiter.check(identifier, { cost }).then(
@@ -187,11 +197,14 @@ export class HttpLimiter<Req extends object> {
     }
     return this.failClosed ? { kind: 'fail-closed', error } : { kind: 'fail-open', error };
   }
-
 }
 
 /** Validates adapter options (unknown keys included) and builds the shared limiter. */
-export function createHttpLimiter<Req extends object>(options: HttpOptions<Req>, known: ReadonlySet<string>, where: string): HttpLimiter<Req> {
+export function createHttpLimiter<Req extends object>(
+  options: HttpOptions<Req>,
+  known: ReadonlySet<string>,
+  where: string,
+): HttpLimiter<Req> {
   if (options === null || typeof options !== 'object') throw new TypeError(`options: expected an object, got ${describe(options)}`);
   rejectUnknownKeys(options, known, where);
   return new HttpLimiter<Req>(options);

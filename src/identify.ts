@@ -149,9 +149,12 @@ function ipv6Words(ip: string): number[] {
   const tail: number[] = [];
   const lastColon = text.lastIndexOf(':');
   if (text.includes('.', lastColon)) {
-    const octets = text.slice(lastColon + 1).split('.').map(Number);
+    const octets = text
+      .slice(lastColon + 1)
+      .split('.')
+      .map(Number);
     tail.push((octets[0] << 8) | octets[1], (octets[2] << 8) | octets[3]);
-    text = text.slice(0, lastColon + 1) + '0:0';
+    text = `${text.slice(0, lastColon + 1)}0:0`;
   }
   const [head, rest] = text.split('::');
   const parse = (part: string | undefined): number[] => (part ? part.split(':').map((word) => parseInt(word, 16)) : []);

@@ -134,7 +134,15 @@ export class RateLimitTimeoutError extends Error {
 
 /** Keys of {@link LimiterOptions}, for the unknown-key check (adapters extend it). */
 export const LIMITER_OPTIONS: ReadonlySet<string> = new Set([
-  'store', 'limit', 'window', 'limits', 'algorithm', 'prefix', 'clock', 'timeoutMs', 'denyCacheSize',
+  'store',
+  'limit',
+  'window',
+  'limits',
+  'algorithm',
+  'prefix',
+  'clock',
+  'timeoutMs',
+  'denyCacheSize',
 ]);
 const TIER_OPTIONS = new Set(['limit', 'window']);
 const ALGORITHMS: readonly AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
@@ -277,7 +285,10 @@ class SlidingWindowLimiter implements Limiter {
     if (!this.store.needsTimeout) return promise;
     const timeoutMs = this.timeoutMs;
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new RateLimitTimeoutError(`rate limit store did not answer within ${timeoutMs} ms`)), timeoutMs);
+      const timer = setTimeout(
+        () => reject(new RateLimitTimeoutError(`rate limit store did not answer within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
       promise.then(
         (value) => {
           clearTimeout(timer);

@@ -18,7 +18,9 @@ export function parseDuration(value: unknown, option: string): number {
   } else if (typeof value === 'string') {
     const match = DURATION.exec(value);
     if (!match) {
-      throw new TypeError(`${option}: cannot parse ${JSON.stringify(value)} as a duration; use milliseconds or a string like '1s', '1m', '1h', '1d'`);
+      throw new TypeError(
+        `${option}: cannot parse ${JSON.stringify(value)} as a duration; use milliseconds or a string like '1s', '1m', '1h', '1d'`,
+      );
     }
     // In exact decimal arithmetic: as doubles, '1.001s' would be 1000.9999999999999 ms.
     const [whole, fraction = ''] = match[1].split('.');

@@ -5,8 +5,8 @@
  */
 import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { Redis } from 'ioredis';
 import { type Decision, MemoryStore, RedisStore, type Store } from '../src';
 import type { AlgorithmName } from '../src/algorithms/types';
 import { rateLimit } from '../src/express';
@@ -65,15 +65,26 @@ async function fastifyApp(options: Parameters<typeof rateLimitPlugin>[1], routeC
 describe.each(stores)('on %s', (_storeName, makeStore) => {
   describe.each(ALGORITHMS)('algorithm %s', (algorithm) => {
     const frameworks: [string, (clock: () => number) => Promise<Get>][] = [
-      ['Express', (clock) => expressApp({ store: makeStore(), algorithm, limit: 3, window: '1m', clock, prefix: uniquePrefix('ex'), identify: () => 'c' })],
-      ['Fastify plugin', (clock) => fastifyApp({ store: makeStore(), algorithm, limit: 3, window: '1m', clock, prefix: uniquePrefix('fp'), identify: () => 'c' })],
+      [
+        'Express',
+        (clock) =>
+          expressApp({ store: makeStore(), algorithm, limit: 3, window: '1m', clock, prefix: uniquePrefix('ex'), identify: () => 'c' }),
+      ],
+      [
+        'Fastify plugin',
+        (clock) =>
+          fastifyApp({ store: makeStore(), algorithm, limit: 3, window: '1m', clock, prefix: uniquePrefix('fp'), identify: () => 'c' }),
+      ],
       [
         'Fastify route config',
         (clock) =>
-          fastifyApp({ store: makeStore(), limit: 1000, window: '1h', clock, prefix: uniquePrefix('fr'), identify: () => 'c' }, { algorithm, limit: 3, window: '1m' }),
+          fastifyApp(
+            { store: makeStore(), limit: 1000, window: '1h', clock, prefix: uniquePrefix('fr'), identify: () => 'c' },
+            { algorithm, limit: 3, window: '1m' },
+          ),
       ],
     ];
-    test.each(frameworks)('%s: three allowed, then 429 with the algorithm\'s exact Retry-After', async (_name, make) => {
+    test.each(frameworks)("%s: three allowed, then 429 with the algorithm's exact Retry-After", async (_name, make) => {
       const clock = manualClock(START);
       const get = await make(clock.now);
       for (let i = 0; i < 3; i++) expect((await get('/')).status).toBe(200);
@@ -90,8 +101,20 @@ describe.each(stores)('on %s', (_storeName, makeStore) => {
     const clock = manualClock(START);
     const decisions: Decision[] = [];
     const get = await fastifyApp(
-      { store: makeStore(), clock: clock.now, prefix: uniquePrefix('ft'), identify: () => 'c', onDecision: (d) => decisions.push(d), headers: ['legacy', 'ietf'] },
-      { limits: [{ limit: 2, window: '1s' }, { limit: 5, window: '1h' }] },
+      {
+        store: makeStore(),
+        clock: clock.now,
+        prefix: uniquePrefix('ft'),
+        identify: () => 'c',
+        onDecision: (d) => decisions.push(d),
+        headers: ['legacy', 'ietf'],
+      },
+      {
+        limits: [
+          { limit: 2, window: '1s' },
+          { limit: 5, window: '1h' },
+        ],
+      },
     );
     for (let i = 0; i < 2; i++) expect((await get('/')).status).toBe(200);
     for (let i = 0; i < 10; i++) expect((await get('/')).status).toBe(429);

@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { createMetricsApp } from '../examples/metrics';
 import { RedisStore } from '../src';
@@ -30,7 +30,10 @@ describe('examples', () => {
   });
 
   test('npm run demo prints 200s then 429s and exits', async () => {
-    const { stdout } = await run('npm', ['run', '--silent', 'demo'], { env: { ...process.env, REDIS_URL: process.env.REDIS_URL }, timeout: 60_000 });
+    const { stdout } = await run('npm', ['run', '--silent', 'demo'], {
+      env: { ...process.env, REDIS_URL: process.env.REDIS_URL },
+      timeout: 60_000,
+    });
     const statuses = [...stdout.matchAll(/^#\s*\d+\s+(\d{3})/gm)].map((m) => Number(m[1]));
     expect(statuses.slice(0, 5)).toEqual([200, 200, 200, 200, 200]);
     expect(statuses.slice(5)).toEqual([429, 429, 429]);

@@ -4,9 +4,9 @@
  */
 import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { Redis } from 'ioredis';
-import { rateLimit, RedisStore } from '../src/express';
+import { RedisStore, rateLimit } from '../src/express';
 import { rateLimitPlugin } from '../src/fastify';
 import { redisClient, uniquePrefix } from './helpers/redis';
 
@@ -34,7 +34,19 @@ const BAD: [string, Record<string, unknown>, string][] = [
   ['cost > limit', { cost: 101 }, 'cost'],
   ['cost not an integer', { cost: 1.5 }, 'cost'],
   ['cost a string', { cost: '1' }, 'cost'],
-  ['cost above the smallest tier', { limit: undefined, window: undefined, limits: [{ limit: 5, window: '1s' }, { limit: 100, window: '1m' }], cost: 6 }, 'cost'],
+  [
+    'cost above the smallest tier',
+    {
+      limit: undefined,
+      window: undefined,
+      limits: [
+        { limit: 5, window: '1s' },
+        { limit: 100, window: '1m' },
+      ],
+      cost: 6,
+    },
+    'cost',
+  ],
   ['message a number', { message: 5 }, 'message'],
   ['identify a string', { identify: 'ip' }, 'identify'],
   ['identify an empty list', { identify: [] }, 'identify'],
@@ -74,17 +86,32 @@ function thrownBy(fn: () => unknown): unknown {
 
 describe('Express rateLimit(options)', () => {
   test.each(BAD)('%s: TypeError naming the option, at construction', (_what, options, option) => {
-    expectNamed(thrownBy(() => rateLimit({ ...GOOD, ...options } as never)), option);
+    expectNamed(
+      thrownBy(() => rateLimit({ ...GOOD, ...options } as never)),
+      option,
+    );
   });
 
   test('Express-only option handler must be a function; Fastify-only global is unknown here', () => {
-    expectNamed(thrownBy(() => rateLimit({ handler: 'reply' } as never)), 'handler');
-    expectNamed(thrownBy(() => rateLimit({ global: false } as never)), 'global');
+    expectNamed(
+      thrownBy(() => rateLimit({ handler: 'reply' } as never)),
+      'handler',
+    );
+    expectNamed(
+      thrownBy(() => rateLimit({ global: false } as never)),
+      'global',
+    );
   });
 
   test('options must be an object', () => {
-    expectNamed(thrownBy(() => rateLimit(null as never)), 'options');
-    expectNamed(thrownBy(() => rateLimit('100/m' as never)), 'options');
+    expectNamed(
+      thrownBy(() => rateLimit(null as never)),
+      'options',
+    );
+    expectNamed(
+      thrownBy(() => rateLimit('100/m' as never)),
+      'options',
+    );
   });
 
   test('the unknown-key error lists the known options', () => {
@@ -112,7 +139,10 @@ describe('Fastify rateLimitPlugin options', () => {
   test.each(BAD)('%s in config.rateLimit: throws when the route is added', async (_what, options, option) => {
     const app = Fastify();
     await app.register(rateLimitPlugin, GOOD);
-    expectNamed(thrownBy(() => app.get('/', { config: { rateLimit: options as never } }, async () => 'ok')), option);
+    expectNamed(
+      thrownBy(() => app.get('/', { config: { rateLimit: options as never } }, async () => 'ok')),
+      option,
+    );
     await app.close();
   });
 

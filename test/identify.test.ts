@@ -7,10 +7,10 @@ import { createHash } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import express5, { type Request } from 'express';
 import Fastify from 'fastify';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { Redis } from 'ioredis';
-import { rateLimit, RedisStore } from '../src/express';
 import type { ExpressRateLimitOptions } from '../src/express';
+import { RedisStore, rateLimit } from '../src/express';
 import { rateLimitPlugin } from '../src/fastify';
 import { ANONYMOUS, byApiKey, byIp, byUser, normalizeIp, type RequestLike, resolveIdentify } from '../src/identify';
 import { redisClient, uniquePrefix } from './helpers/redis';
@@ -249,7 +249,9 @@ describe('identifiers over HTTP', () => {
       await request(app).get('/').set('X-Api-Key', secret).expect(200);
       await request(app).get('/').set('X-Api-Key', `${secret}-2`).expect(200);
       const keys = await keysOf(middleware.limiter.prefix);
-      expect(keys).toEqual([middleware.limiter.keyFor(`key:${sha(secret)}`), middleware.limiter.keyFor(`key:${sha(`${secret}-2`)}`)].sort());
+      expect(keys).toEqual(
+        [middleware.limiter.keyFor(`key:${sha(secret)}`), middleware.limiter.keyFor(`key:${sha(`${secret}-2`)}`)].sort(),
+      );
       // Nowhere in the whole database either.
       expect(await keysOf('', `*${secret}*`)).toEqual([]);
     });
@@ -268,7 +270,9 @@ describe('identifiers over HTTP', () => {
       // The same address without a key is a different client.
       await request(app).get('/').set('X-Forwarded-For', '203.0.113.7').expect(200);
       await request(app).get('/').set('X-Forwarded-For', '198.51.100.1').set('X-Api-Key', 'k1').expect(429);
-      expect(await keysOf(middleware.limiter.prefix)).toEqual([middleware.limiter.keyFor('ip:203.0.113.7'), middleware.limiter.keyFor(`key:${sha('k1')}`)].sort());
+      expect(await keysOf(middleware.limiter.prefix)).toEqual(
+        [middleware.limiter.keyFor('ip:203.0.113.7'), middleware.limiter.keyFor(`key:${sha('k1')}`)].sort(),
+      );
     });
 
     test('ip:1.2.3.4 and user:1.2.3.4 never collide', async () => {
@@ -278,7 +282,9 @@ describe('identifiers over HTTP', () => {
       await request(app).get('/').set('X-Forwarded-For', '1.2.3.4').expect(200);
       await request(app).get('/').set('X-User', '1.2.3.4').expect(429);
       await request(app).get('/').set('X-Forwarded-For', '1.2.3.4').expect(429);
-      expect(await keysOf(middleware.limiter.prefix)).toEqual([middleware.limiter.keyFor('ip:1.2.3.4'), middleware.limiter.keyFor('user:1.2.3.4')].sort());
+      expect(await keysOf(middleware.limiter.prefix)).toEqual(
+        [middleware.limiter.keyFor('ip:1.2.3.4'), middleware.limiter.keyFor('user:1.2.3.4')].sort(),
+      );
     });
 
     test('byUser without a user: the shared anonymous quota', async () => {

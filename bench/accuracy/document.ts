@@ -32,14 +32,17 @@ export function accuracyDocument({ results, table, breakdowns, floods, seconds }
     return found;
   };
   const stat = (trace: string, algorithm: AlgorithmName): AlgorithmStats => result(trace).stats.find((s) => s.algorithm === algorithm)!;
-  const fa = (trace: string, algorithm: AlgorithmName): string => `${percent(stat(trace, algorithm).falseAllows, stat(trace, algorithm).requests)} %`;
+  const fa = (trace: string, algorithm: AlgorithmName): string =>
+    `${percent(stat(trace, algorithm).falseAllows, stat(trace, algorithm).requests)} %`;
   const wrong = (trace: string, algorithm: AlgorithmName): string => {
     const s = stat(trace, algorithm);
     return `${percent(s.falseAllows + s.falseDenies, s.requests)} %`;
   };
   const cappedWrong = (s: AlgorithmStats): string => `${percent(s.falseAllows + s.cappedFalseDenies, s.requests)} %`;
-  const over = (trace: string, algorithm: AlgorithmName): string => overshoot(stat(trace, algorithm), result(trace).trace.tier.limit).toFixed(2);
-  const admitted = (trace: string, algorithm: AlgorithmName): string => `${((100 * stat(trace, algorithm).allowed) / stat(trace, algorithm).requests).toFixed(2)} %`;
+  const over = (trace: string, algorithm: AlgorithmName): string =>
+    overshoot(stat(trace, algorithm), result(trace).trace.tier.limit).toFixed(2);
+  const admitted = (trace: string, algorithm: AlgorithmName): string =>
+    `${((100 * stat(trace, algorithm).allowed) / stat(trace, algorithm).requests).toFixed(2)} %`;
   const exactAdmitted = (trace: string): string => `${((100 * result(trace).referenceAllowed) / result(trace).requests).toFixed(2)} %`;
 
   const totalRequests = results.reduce((sum, r) => sum + r.requests, 0);
@@ -163,8 +166,8 @@ are measured in percent.
   weight never reaches zero inside a window, a constant flood gets ${floodLine}
   after the first window (the exact log and the fixed window admit the full limit).
   With small limits that is a visible cut: in the heavy-tailed sources offering twice
-  the limit or more it admitted ${heavyBand === undefined ? 'n/a' : ((100 * heavyBand.find((s) => s.algorithm === 'sliding-window')!.allowed) / heavyBand.find((s) => s.algorithm === 'sliding-window')!.requests).toFixed(2) + ' %'}
-  of their requests, against ${heavyBand === undefined ? 'n/a' : ((100 * heavyBand.find((s) => s.algorithm === 'sliding-log')!.allowed) / heavyBand.find((s) => s.algorithm === 'sliding-log')!.requests).toFixed(2) + ' %'} for the exact log.
+  the limit or more it admitted ${heavyBand === undefined ? 'n/a' : `${((100 * heavyBand.find((s) => s.algorithm === 'sliding-window')!.allowed) / heavyBand.find((s) => s.algorithm === 'sliding-window')!.requests).toFixed(2)} %`}
+  of their requests, against ${heavyBand === undefined ? 'n/a' : `${((100 * heavyBand.find((s) => s.algorithm === 'sliding-log')!.allowed) / heavyBand.find((s) => s.algorithm === 'sliding-log')!.requests).toFixed(2)} %`} for the exact log.
 - Where it does earn its reputation: on light traffic, and against the classic
   boundary attack, where its overshoot stays at ${over('boundary-bursts', 'sliding-window')} while the fixed window
   lets through ${over('boundary-bursts', 'fixed-window')} times the limit.

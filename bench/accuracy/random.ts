@@ -49,5 +49,5 @@ export function exponential(random: Random, rate: number): number {
  * @param shape - the tail index; smaller means heavier tails (the mean is infinite at or below 1).
  */
 export function pareto(random: Random, minimum: number, shape: number): number {
-  return minimum / Math.pow(positiveUniform(random), 1 / shape);
+  return minimum / positiveUniform(random) ** (1 / shape);
 }

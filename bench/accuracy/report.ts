@@ -27,7 +27,8 @@ export function overshoot(stat: AlgorithmStats, limit: number): number {
 /** Renders rows as a markdown table, the first `textColumns` left-aligned, the rest right-aligned. */
 function markdown(header: readonly string[], rows: readonly (readonly string[])[], textColumns: number): string {
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column].length)));
-  const line = (cells: readonly string[]): string => `| ${cells.map((cell, column) => (column < textColumns ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join(' | ')} |`;
+  const line = (cells: readonly string[]): string =>
+    `| ${cells.map((cell, column) => (column < textColumns ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join(' | ')} |`;
   const rule = `|${widths.map((width, column) => (column < textColumns ? `:${'-'.repeat(width + 1)}` : `${'-'.repeat(width + 1)}:`)).join('|')}|`;
   return [line(header), rule, ...rows.map(line)].join('\n');
 }
@@ -55,9 +56,25 @@ export function markdownTable(results: readonly TraceResult[]): string {
   const rows: string[][] = [];
   for (const result of results) {
     for (const stat of result.stats) {
-      rows.push([result.trace.name, stat.algorithm, ...measured(stat, result.trace.tier.limit), ((100 * stat.agreements) / stat.requests).toFixed(4)]);
+      rows.push([
+        result.trace.name,
+        stat.algorithm,
+        ...measured(stat, result.trace.tier.limit),
+        ((100 * stat.agreements) / stat.requests).toFixed(4),
+      ]);
     }
-    rows.push([result.trace.name, 'exact (reference)', result.requests.toLocaleString('en-US'), '', '', '', '', '', ((100 * result.referenceAllowed) / result.requests).toFixed(2), '']);
+    rows.push([
+      result.trace.name,
+      'exact (reference)',
+      result.requests.toLocaleString('en-US'),
+      '',
+      '',
+      '',
+      '',
+      '',
+      ((100 * result.referenceAllowed) / result.requests).toFixed(2),
+      '',
+    ]);
   }
   return markdown(['trace', 'algorithm', ...MEASURED, 'agrees with independent log %'], rows, 2);
 }
@@ -86,7 +103,8 @@ export function loadBandTable(result: TraceResult): string {
     const stats = result.groups.get(band.label);
     if (stats === undefined) continue;
     const sources = result.trace.sources.filter((source) => loadBand(source.offeredLoad) === band.label).length;
-    for (const stat of stats) rows.push([band.label, stat.algorithm, sources.toLocaleString('en-US'), ...measured(stat, result.trace.tier.limit)]);
+    for (const stat of stats)
+      rows.push([band.label, stat.algorithm, sources.toLocaleString('en-US'), ...measured(stat, result.trace.tier.limit)]);
   }
   return markdown(['offered load', 'algorithm', 'sources', ...MEASURED], rows, 2);
 }
@@ -106,7 +124,12 @@ export function tracePlot(result: TraceResult): string {
   const { trace, series } = result;
   const { from, unit } = trace.plot;
   const lines: Series[] = [
-    { label: 'exact sliding log: true count (ground-truth limiter)', color: '#222222', width: 2.2, points: scaled(series.reference, from, unit.ms) },
+    {
+      label: 'exact sliding log: true count (ground-truth limiter)',
+      color: '#222222',
+      width: 2.2,
+      points: scaled(series.reference, from, unit.ms),
+    },
   ];
   for (const name of ['sliding-window', 'fixed-window'] as const) {
     const recorded = series.byAlgorithm.get(name);

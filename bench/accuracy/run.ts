@@ -29,7 +29,9 @@ function main(): void {
     results.push(result);
     const file = `accuracy-${trace.name}.svg`;
     writeFileSync(join(DOCS, file), tracePlot(result));
-    console.error(`${trace.name}: ${result.requests.toLocaleString('en-US')} requests in ${(result.elapsedMs / 1000).toFixed(1)} s -> docs/${file}`);
+    console.error(
+      `${trace.name}: ${result.requests.toLocaleString('en-US')} requests in ${(result.elapsedMs / 1000).toFixed(1)} s -> docs/${file}`,
+    );
   }
   const seconds = (performance.now() - started) / 1000;
   const table = markdownTable(results);
@@ -38,10 +40,14 @@ function main(): void {
   for (const { result, table: bands } of breakdowns) console.log(`\n${result.trace.name}, by offered load:\n${bands}`);
   const floods: FloodResult[] = [10, 100].map((limit) => ({
     limit,
-    perWindow: new Map(ALGORITHMS.map((algorithm) => [algorithm.name, floodAdmissions(algorithm, { limit, window: 60_000 }, EPOCH, 10, 7)])),
+    perWindow: new Map(
+      ALGORITHMS.map((algorithm) => [algorithm.name, floodAdmissions(algorithm, { limit, window: 60_000 }, EPOCH, 10, 7)]),
+    ),
   }));
   for (const flood of floods) {
-    console.log(`\nconstant flood, limit ${flood.limit}: admitted per window ${[...flood.perWindow].map(([name, counts]) => `${name} ${counts.join(',')}`).join('; ')}`);
+    console.log(
+      `\nconstant flood, limit ${flood.limit}: admitted per window ${[...flood.perWindow].map(([name, counts]) => `${name} ${counts.join(',')}`).join('; ')}`,
+    );
   }
   writeFileSync(join(DOCS, 'accuracy.md'), accuracyDocument({ results, table, breakdowns, floods, seconds }));
   console.error(`wrote docs/accuracy.md (${seconds.toFixed(1)} s)`);

@@ -248,7 +248,8 @@ export function simulateTrace(trace: Trace, algorithms: readonly Algorithm[], gr
   let requests = 0;
   let referenceAllowed = 0;
   trace.sources.forEach((source, index) => {
-    const plot = index === trace.plot.source ? { from: trace.plot.from, to: trace.plot.to, samples: sampleTimes(trace), series } : undefined;
+    const plot =
+      index === trace.plot.source ? { from: trace.plot.from, to: trace.plot.to, samples: sampleTimes(trace), series } : undefined;
     const sourceStats = emptyStats(algorithms);
     referenceAllowed += simulateSource(source.times, trace.tier, algorithms, sourceStats, plot);
     requests += source.times.length;
@@ -256,7 +257,10 @@ export function simulateTrace(trace: Trace, algorithms: readonly Algorithm[], gr
     if (groupOf !== undefined) {
       const group = groupOf(source);
       let groupStats = groups.get(group);
-      if (groupStats === undefined) groups.set(group, (groupStats = emptyStats(algorithms)));
+      if (groupStats === undefined) {
+        groupStats = emptyStats(algorithms);
+        groups.set(group, groupStats);
+      }
       addStats(groupStats, sourceStats);
     }
   });

@@ -52,7 +52,7 @@ function escapeXml(text: string): string {
  */
 export function niceTicks(min: number, max: number, target: number): number[] {
   const raw = (max - min) / Math.max(1, target);
-  const power = Math.pow(10, Math.floor(Math.log10(raw)));
+  const power = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * power).find((candidate) => candidate >= raw) ?? 10 * power;
   const ticks: number[] = [];
   for (let tick = Math.ceil(min / step) * step; tick <= max + step * 1e-9; tick += step) {
@@ -88,7 +88,10 @@ function pathOf(points: readonly (readonly [number, number])[], x: (v: number) =
  */
 export function renderChart(chart: Chart): string {
   const width = chart.width ?? 960;
-  const legendItems = [...chart.series.map((s) => ({ label: s.label, color: s.color, dash: s.dash })), ...(chart.rules ?? []).map((r) => ({ label: r.label, color: r.color, dash: '2 3' }))];
+  const legendItems = [
+    ...chart.series.map((s) => ({ label: s.label, color: s.color, dash: s.dash })),
+    ...(chart.rules ?? []).map((r) => ({ label: r.label, color: r.color, dash: '2 3' })),
+  ];
   const legendColumns = 2;
   const legendHeight = Math.ceil(legendItems.length / legendColumns) * LEGEND_ROW + 12;
   const height = chart.height ?? 440 + legendHeight;
@@ -132,21 +135,33 @@ export function renderChart(chart: Chart): string {
   for (const tick of xTicks) out.push(`<line x1="${x(tick).toFixed(1)}" y1="${plotTop}" x2="${x(tick).toFixed(1)}" y2="${plotBottom}"/>`);
   out.push('</g>');
   out.push(`<g font-size="11" fill="#333" ${FONT}>`);
-  for (const tick of yTicks) out.push(`<text x="${plotLeft - 6}" y="${(y(tick) + 4).toFixed(1)}" text-anchor="end">${formatTick(tick)}</text>`);
-  for (const tick of xTicks) out.push(`<text x="${x(tick).toFixed(1)}" y="${plotBottom + 16}" text-anchor="middle">${formatTick(tick)}</text>`);
+  for (const tick of yTicks)
+    out.push(`<text x="${plotLeft - 6}" y="${(y(tick) + 4).toFixed(1)}" text-anchor="end">${formatTick(tick)}</text>`);
+  for (const tick of xTicks)
+    out.push(`<text x="${x(tick).toFixed(1)}" y="${plotBottom + 16}" text-anchor="middle">${formatTick(tick)}</text>`);
   out.push('</g>');
 
   // Axes and their labels.
-  out.push(`<g stroke="#333" stroke-width="1"><line x1="${plotLeft}" y1="${plotBottom}" x2="${plotRight}" y2="${plotBottom}"/><line x1="${plotLeft}" y1="${plotTop}" x2="${plotLeft}" y2="${plotBottom}"/></g>`);
-  out.push(`<text x="${(plotLeft + plotRight) / 2}" y="${plotBottom + 38}" text-anchor="middle" font-size="13" ${FONT}>${escapeXml(chart.xLabel)}</text>`);
+  out.push(
+    `<g stroke="#333" stroke-width="1"><line x1="${plotLeft}" y1="${plotBottom}" x2="${plotRight}" y2="${plotBottom}"/><line x1="${plotLeft}" y1="${plotTop}" x2="${plotLeft}" y2="${plotBottom}"/></g>`,
+  );
+  out.push(
+    `<text x="${(plotLeft + plotRight) / 2}" y="${plotBottom + 38}" text-anchor="middle" font-size="13" ${FONT}>${escapeXml(chart.xLabel)}</text>`,
+  );
   const yMid = (plotTop + plotBottom) / 2;
-  out.push(`<text x="18" y="${yMid}" text-anchor="middle" font-size="13" transform="rotate(-90 18 ${yMid})" ${FONT}>${escapeXml(chart.yLabel)}</text>`);
+  out.push(
+    `<text x="18" y="${yMid}" text-anchor="middle" font-size="13" transform="rotate(-90 18 ${yMid})" ${FONT}>${escapeXml(chart.yLabel)}</text>`,
+  );
 
   // Data, clipped to the plot area.
-  out.push(`<clipPath id="plot"><rect x="${plotLeft}" y="${plotTop - 2}" width="${plotRight - plotLeft}" height="${plotBottom - plotTop + 4}"/></clipPath>`);
+  out.push(
+    `<clipPath id="plot"><rect x="${plotLeft}" y="${plotTop - 2}" width="${plotRight - plotLeft}" height="${plotBottom - plotTop + 4}"/></clipPath>`,
+  );
   out.push('<g clip-path="url(#plot)" fill="none" stroke-linejoin="round">');
   for (const rule of chart.rules ?? []) {
-    out.push(`<line x1="${plotLeft}" y1="${y(rule.value).toFixed(1)}" x2="${plotRight}" y2="${y(rule.value).toFixed(1)}" stroke="${rule.color}" stroke-width="1.5" stroke-dasharray="2 3"/>`);
+    out.push(
+      `<line x1="${plotLeft}" y1="${y(rule.value).toFixed(1)}" x2="${plotRight}" y2="${y(rule.value).toFixed(1)}" stroke="${rule.color}" stroke-width="1.5" stroke-dasharray="2 3"/>`,
+    );
   }
   for (const series of chart.series) {
     const dash = series.dash !== undefined ? ` stroke-dasharray="${series.dash}"` : '';
@@ -167,5 +182,5 @@ export function renderChart(chart: Chart): string {
   });
   out.push('</g>');
   out.push('</svg>');
-  return out.join('\n') + '\n';
+  return `${out.join('\n')}\n`;
 }

@@ -1,5 +1,5 @@
-import type { Algorithm, CheckArgs, MemoryResult } from './types';
 import { LUA_PRELUDE } from './prelude';
+import type { Algorithm, CheckArgs, MemoryResult } from './types';
 
 /**
  * Fixed window: one counter per tier for the window `floor(now / window)`. The cheapest

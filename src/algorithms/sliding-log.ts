@@ -1,5 +1,5 @@
-import type { Algorithm, CheckArgs, MemoryResult } from './types';
 import { LUA_PRELUDE, longestWindow } from './prelude';
+import type { Algorithm, CheckArgs, MemoryResult } from './types';
 
 /**
  * Sliding log: exact. Every counted unit is one sorted-set member scored by its time;

@@ -1,5 +1,5 @@
-import type { Algorithm, CheckArgs, MemoryResult } from './types';
 import { LUA_PRELUDE, longestWindow } from './prelude';
+import type { Algorithm, CheckArgs, MemoryResult } from './types';
 
 /**
  * Sliding window counter.
@@ -104,12 +104,14 @@ function apply(state: SlidingWindowState | undefined, { now, cost, dryRun, tiers
     const index = Math.floor(now / window);
     let c = 0;
     let p = 0;
-    const savedIndex = state?.[3 * i];
-    if (savedIndex === index) {
-      c = state![3 * i + 1];
-      p = state![3 * i + 2];
-    } else if (savedIndex === index - 1) {
-      p = state![3 * i + 1];
+    if (state !== undefined) {
+      const savedIndex = state[3 * i];
+      if (savedIndex === index) {
+        c = state[3 * i + 1];
+        p = state[3 * i + 2];
+      } else if (savedIndex === index - 1) {
+        p = state[3 * i + 1];
+      }
     }
     current[i] = c;
     previous[i] = p;
@@ -131,7 +133,11 @@ function apply(state: SlidingWindowState | undefined, { now, cost, dryRun, tiers
   const reply: number[] = [allowed, now];
   for (let i = 0; i < count; i++) {
     const { limit, window } = tiers[i];
-    reply.push(current[i] * window + previous[i] * (window - elapsed[i]), window, slidingWait(current[i], previous[i], elapsed[i], limit, window, cost));
+    reply.push(
+      current[i] * window + previous[i] * (window - elapsed[i]),
+      window,
+      slidingWait(current[i], previous[i], elapsed[i], limit, window, cost),
+    );
   }
   return { reply, state: next, expiresAt };
 }

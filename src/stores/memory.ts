@@ -1,7 +1,7 @@
 import type { Algorithm, RawReply } from '../algorithms/types';
+import { LruMap } from '../lru';
 import { nonNegativeInteger, positiveInteger, rejectUnknownKeys } from '../options';
 import type { Store, StoreCheck } from './types';
-import { LruMap } from '../lru';
 
 /** Options of {@link MemoryStore}. */
 export interface MemoryStoreOptions {

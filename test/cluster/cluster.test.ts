@@ -4,7 +4,7 @@
  * Cluster reads as hash tags, still work and keep their own counters.
  */
 import { createHash } from 'node:crypto';
-import { Cluster, Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { createLimiter, RedisStore } from '../../src';
 import { algorithms } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
@@ -46,7 +46,14 @@ async function keysUnder(prefix: string): Promise<string[]> {
 describe.each(ALGORITHMS)('%s on Redis Cluster', (algorithm) => {
   function setup(limits: { limit: number; window: string | number }[]) {
     const clock = manualClock(START);
-    const limiter = createLimiter({ store: new RedisStore({ client: cluster }), limits, algorithm, clock: clock.now, prefix: uniquePrefix('cl'), denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: new RedisStore({ client: cluster }),
+      limits,
+      algorithm,
+      clock: clock.now,
+      prefix: uniquePrefix('cl'),
+      denyCacheSize: 0,
+    });
     return { clock, limiter };
   }
 
@@ -119,14 +126,27 @@ describe.each(ALGORITHMS)('%s on Redis Cluster', (algorithm) => {
 
 describe('Redis Cluster with the Redis clock', () => {
   test.each(ALGORITHMS)('%s: 200 parallel checks on a limit of 100 allow exactly 100', async (algorithm) => {
-    const limiter = createLimiter({ store: new RedisStore({ client: cluster }), limit: 100, window: '1h', algorithm, prefix: uniquePrefix('clconc') });
+    const limiter = createLimiter({
+      store: new RedisStore({ client: cluster }),
+      limit: 100,
+      window: '1h',
+      algorithm,
+      prefix: uniquePrefix('clconc'),
+    });
     const decisions = await Promise.all(Array.from({ length: 200 }, () => limiter.check('hot')));
     expect(decisions.filter((decision) => decision.allowed)).toHaveLength(100);
   });
 
   test('after SCRIPT FLUSH on every master, checks recover', async () => {
     const limiters = ALGORITHMS.map((algorithm) =>
-      createLimiter({ store: new RedisStore({ client: cluster }), limit: 10, window: '1h', algorithm, prefix: uniquePrefix('clflush'), denyCacheSize: 0 }),
+      createLimiter({
+        store: new RedisStore({ client: cluster }),
+        limit: 10,
+        window: '1h',
+        algorithm,
+        prefix: uniquePrefix('clflush'),
+        denyCacheSize: 0,
+      }),
     );
     const ids = Array.from({ length: 12 }, (_, i) => `id${i}`); // spread over the masters
     for (const limiter of limiters) for (const id of ids) await limiter.check(id);

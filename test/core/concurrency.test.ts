@@ -2,7 +2,7 @@
  * Concurrency on Redis with its own clock (no injected clock): the check-and-count is
  * one atomic script, so parallel checks never overshoot, from one connection or many.
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { createLimiter, RedisStore } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { redisClient, uniquePrefix } from '../helpers/redis';
@@ -30,14 +30,23 @@ describe.each(ALGORITHMS)('%s under concurrency', (algorithm) => {
 
   test('1,000 parallel checks from 4 limiter instances on 4 connections allow exactly 100', async () => {
     const prefix = uniquePrefix('conc4');
-    const limiters = clients.map((c) => createLimiter({ store: new RedisStore({ client: c }), limit: 100, window: '1h', algorithm, prefix }));
+    const limiters = clients.map((c) =>
+      createLimiter({ store: new RedisStore({ client: c }), limit: 100, window: '1h', algorithm, prefix }),
+    );
     const decisions = await Promise.all(Array.from({ length: 1_000 }, (_, i) => limiters[i % 4].check('shared')));
     expect(decisions.filter((decision) => decision.allowed)).toHaveLength(100);
     for (const limiter of limiters) expect((await limiter.peek('shared', { cost: 0 })).estimated).toBeCloseTo(100, 6);
   });
 
   test('parallel checks with costs never overshoot the limit', async () => {
-    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 100, window: '1h', algorithm, prefix: uniquePrefix('concost'), denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 100,
+      window: '1h',
+      algorithm,
+      prefix: uniquePrefix('concost'),
+      denyCacheSize: 0,
+    });
     const costs = Array.from({ length: 120 }, (_, i) => 1 + (i % 7));
     const decisions = await Promise.all(costs.map((cost) => limiter.check('c', { cost })));
     const spent = decisions.reduce((sum, decision, i) => sum + (decision.allowed ? costs[i] : 0), 0);

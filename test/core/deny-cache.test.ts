@@ -3,12 +3,12 @@
  * resetAt) exactly as one without it, and a flood from a denied identifier costs no
  * store round trips after the first denial.
  */
-import { Redis } from 'ioredis';
-import { createLimiter, MemoryStore, RedisStore, type Decision, type Store } from '../../src';
-import { DenyCache } from '../../src/deny-cache';
+import type { Redis } from 'ioredis';
+import { createLimiter, type Decision, MemoryStore, RedisStore, type Store } from '../../src';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { DenyCache } from '../../src/deny-cache';
 import { seeded } from '../helpers/random';
+import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;
 beforeAll(() => {
@@ -24,7 +24,10 @@ const stores: [string, () => Store][] = [
 ];
 const CONFIGS: Tier[][] = [
   [{ limit: 5, window: 1_000 }],
-  [{ limit: 3, window: 1_000 }, { limit: 8, window: 10_000 }],
+  [
+    { limit: 3, window: 1_000 },
+    { limit: 8, window: 10_000 },
+  ],
   [{ limit: 10, window: 60_000 }],
 ];
 
@@ -108,7 +111,14 @@ describe('deny cache saves store round trips', () => {
   test('the cached denial lasts exactly until retryAfterMs, then the store is asked again', async () => {
     const spy = jest.spyOn(RedisStore.prototype, 'check');
     const clock = manualClock(1_700_000_000_000);
-    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 2, window: 10_000, algorithm: 'fixed-window', clock: clock.now, prefix: uniquePrefix('until') });
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 2,
+      window: 10_000,
+      algorithm: 'fixed-window',
+      clock: clock.now,
+      prefix: uniquePrefix('until'),
+    });
     clock.set(1_700_000_000_000 - (1_700_000_000_000 % 10_000) + 4_000);
     await limiter.check('a');
     await limiter.check('a');
@@ -144,7 +154,14 @@ describe('deny cache saves store round trips', () => {
   test('a denial for cost 1 is not reused for a larger cost, whose wait is longer', async () => {
     const clock = manualClock(1_700_000_000_000);
     const store = new MemoryStore({ sweepIntervalMs: 0 });
-    const limiter = createLimiter({ store, limit: 4, window: 1_000, algorithm: 'sliding-log', clock: clock.now, prefix: uniquePrefix('cost') });
+    const limiter = createLimiter({
+      store,
+      limit: 4,
+      window: 1_000,
+      algorithm: 'sliding-log',
+      clock: clock.now,
+      prefix: uniquePrefix('cost'),
+    });
     for (let i = 0; i < 4; i++) {
       expect((await limiter.check('c')).allowed).toBe(true);
       clock.advance(100);
@@ -159,7 +176,14 @@ describe('deny cache saves store round trips', () => {
 
   test('a cached denial is dropped when a smaller request is counted, since the wait grows', async () => {
     const clock = manualClock(1_700_000_000_000);
-    const limiter = createLimiter({ store: new MemoryStore({ sweepIntervalMs: 0 }), limit: 4, window: 1_000, algorithm: 'sliding-log', clock: clock.now, prefix: uniquePrefix('grow') });
+    const limiter = createLimiter({
+      store: new MemoryStore({ sweepIntervalMs: 0 }),
+      limit: 4,
+      window: 1_000,
+      algorithm: 'sliding-log',
+      clock: clock.now,
+      prefix: uniquePrefix('grow'),
+    });
     expect((await limiter.check('g')).allowed).toBe(true); // one unit at +0
     clock.advance(100);
     const denied = await limiter.check('g', { cost: 4 }); // 1 + 4 > 4: wait until the unit at +0 leaves
@@ -175,7 +199,14 @@ describe('deny cache saves store round trips', () => {
 
 describe('DenyCache bounds', () => {
   const denial = (cost = 1) =>
-    ({ allowed: false, retryAfterMs: 60_000, resetAt: 1_700_000_060_000, now: 1_700_000_000_000, cost, cached: false }) as unknown as Decision;
+    ({
+      allowed: false,
+      retryAfterMs: 60_000,
+      resetAt: 1_700_000_060_000,
+      now: 1_700_000_000_000,
+      cost,
+      cached: false,
+    }) as unknown as Decision;
 
   // Evicting with a fresh Map iterator each time made this O(capacity) per denial: about 7 s
   // for 1,000,000 denials at the default capacity (10,000) and a minute at 100,000.

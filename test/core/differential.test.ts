@@ -11,13 +11,13 @@
  * state by window index / score anyway.
  */
 import { isDeepStrictEqual } from 'node:util';
-import { Redis } from 'ioredis';
-import { createLimiter, MemoryStore, RedisStore, type Decision } from '../../src';
+import type { Redis } from 'ioredis';
+import { createLimiter, type Decision, MemoryStore, RedisStore } from '../../src';
 import { algorithms } from '../../src/algorithms';
 import { readCounters } from '../../src/algorithms/prelude';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
-import { redisClient, uniquePrefix } from '../helpers/redis';
 import { seeded } from '../helpers/random';
+import { redisClient, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;
 beforeAll(() => {
@@ -199,7 +199,11 @@ describe.each(ALGORITHMS)('%s: raw Lua script against the TypeScript apply', (al
         const args: (string | number)[] = [now, cost, dryRun ? '1' : '0'];
         for (const tier of tiers) args.push(tier.limit, tier.window);
         // PERSIST in the same MULTI, so Redis' real clock cannot expire what the fake clock still needs.
-        const results = (await client.multi().eval(implementation.lua, 1, key, ...args).persist(key).exec())!;
+        const results = (await client
+          .multi()
+          .eval(implementation.lua, 1, key, ...args)
+          .persist(key)
+          .exec())!;
         if (results[0][0]) throw results[0][0];
         const fromLua = results[0][1] as number[];
         const result = implementation.apply(state, { now, cost, dryRun, tiers });

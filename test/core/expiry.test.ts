@@ -4,7 +4,7 @@
  * the logic (injected clock) and in real Redis (a real 100 ms window and a short sleep).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
@@ -21,7 +21,14 @@ const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR); // a boundary of e
 const SLACK = 250;
 
 function redisLimiter(algorithm: AlgorithmName, limits: { limit: number; window: number | string }[], clock = manualClock(START)) {
-  const limiter = createLimiter({ store: new RedisStore({ client }), limits, algorithm, clock: clock.now, prefix: uniquePrefix('ttl'), denyCacheSize: 0 });
+  const limiter = createLimiter({
+    store: new RedisStore({ client }),
+    limits,
+    algorithm,
+    clock: clock.now,
+    prefix: uniquePrefix('ttl'),
+    denyCacheSize: 0,
+  });
   return { clock, limiter };
 }
 
@@ -90,18 +97,21 @@ describe('PTTL of the real key', () => {
     expect(ttl).toBeGreaterThan(60_000 - SLACK);
   });
 
-  test.each<AlgorithmName>(['sliding-window', 'fixed-window', 'sliding-log'])('%s: a peek or a denied check creates no key and sets no expiry', async (algorithm) => {
-    const { limiter } = redisLimiter(algorithm, [{ limit: 1, window: '1m' }]);
-    await limiter.peek('fresh');
-    expect(await client.exists(limiter.keyFor('fresh'))).toBe(0);
-    await limiter.check('fresh', { cost: 0 });
-    expect(await client.exists(limiter.keyFor('fresh'))).toBe(0);
-    await limiter.check('a');
-    await client.pexpire(limiter.keyFor('a'), 5 * HOUR); // a marker: only a counting write may change it
-    expect((await limiter.check('a')).allowed).toBe(false);
-    await limiter.peek('a');
-    expect(await pttl(limiter.keyFor('a'))).toBeGreaterThan(5 * HOUR - SLACK);
-  });
+  test.each<AlgorithmName>(['sliding-window', 'fixed-window', 'sliding-log'])(
+    '%s: a peek or a denied check creates no key and sets no expiry',
+    async (algorithm) => {
+      const { limiter } = redisLimiter(algorithm, [{ limit: 1, window: '1m' }]);
+      await limiter.peek('fresh');
+      expect(await client.exists(limiter.keyFor('fresh'))).toBe(0);
+      await limiter.check('fresh', { cost: 0 });
+      expect(await client.exists(limiter.keyFor('fresh'))).toBe(0);
+      await limiter.check('a');
+      await client.pexpire(limiter.keyFor('a'), 5 * HOUR); // a marker: only a counting write may change it
+      expect((await limiter.check('a')).allowed).toBe(false);
+      await limiter.peek('a');
+      expect(await pttl(limiter.keyFor('a'))).toBeGreaterThan(5 * HOUR - SLACK);
+    },
+  );
 });
 
 describe.each<[string, () => Store]>([
@@ -110,7 +120,14 @@ describe.each<[string, () => Store]>([
 ])('after 2 x window the sliding window state is gone (injected clock) on %s', (_name, makeStore) => {
   test.each([200, 60_000])('window %d ms: counted 1 ms before, forgotten at 2 x window', async (window) => {
     const clock = manualClock(START);
-    const limiter = createLimiter({ store: makeStore(), limit: 5, window, clock: clock.now, prefix: uniquePrefix('gone'), denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: makeStore(),
+      limit: 5,
+      window,
+      clock: clock.now,
+      prefix: uniquePrefix('gone'),
+      denyCacheSize: 0,
+    });
     expect((await limiter.check('a', { cost: 5 })).allowed).toBe(true);
     clock.set(START + 2 * window - 1);
     const almost = await limiter.peek('a', { cost: 5 });
@@ -124,7 +141,7 @@ describe.each<[string, () => Store]>([
 });
 
 describe('real expiry in Redis (the one place with a real sleep)', () => {
-  test('100 ms windows: every algorithm\'s key is gone from Redis after 2 x window', async () => {
+  test("100 ms windows: every algorithm's key is gone from Redis after 2 x window", async () => {
     const limiters = (['sliding-window', 'fixed-window', 'sliding-log'] as const).map((algorithm) =>
       createLimiter({ store: new RedisStore({ client }), limit: 3, window: 100, algorithm, prefix: uniquePrefix('real') }),
     );

@@ -3,7 +3,7 @@
  * into a short key; odd identifiers (braces, colons, globs, newlines, non-UTF-8) stay
  * under the prefix and keep their own counters.
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
@@ -75,7 +75,15 @@ describe.each(ALGORITHMS)('%s keys in Redis', (algorithm) => {
   test('an overlong identifier gets its own short key under the prefix, with its own counter', async () => {
     const prefix = uniquePrefix('long');
     const clock = manualClock();
-    const limiter = createLimiter({ store: new RedisStore({ client }), algorithm, limit: 2, window: '1m', prefix, clock: clock.now, denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      algorithm,
+      limit: 2,
+      window: '1m',
+      prefix,
+      clock: clock.now,
+      denyCacheSize: 0,
+    });
     const a = `${'a'.repeat(5_000)}1`;
     const b = `${'a'.repeat(5_000)}2`;
     expect((await limiter.check(a)).allowed).toBe(true);
@@ -93,7 +101,15 @@ describe.each(ALGORITHMS)('%s keys in Redis', (algorithm) => {
   test('odd identifiers each get one key under the prefix and independent counters', async () => {
     const prefix = uniquePrefix('odd');
     const clock = manualClock();
-    const limiter = createLimiter({ store: new RedisStore({ client }), algorithm, limit: 1, window: '1m', prefix, clock: clock.now, denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      algorithm,
+      limit: 1,
+      window: '1m',
+      prefix,
+      clock: clock.now,
+      denyCacheSize: 0,
+    });
     for (const id of ODD_IDENTIFIERS) {
       expect((await limiter.check(id)).allowed).toBe(true);
     }

@@ -8,7 +8,7 @@ import { createLimiter, RedisStore } from '../../src';
 import { algorithms } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { startRedis, type RedisProcess } from '../helpers/redis-server';
+import { type RedisProcess, startRedis } from '../helpers/redis-server';
 
 const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
 let client: Redis;
@@ -26,7 +26,15 @@ function sha1(text: string): string {
 describe.each(ALGORITHMS)('%s after SCRIPT FLUSH', (algorithm) => {
   test('the next check succeeds and counts on', async () => {
     const clock = manualClock();
-    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 5, window: '1h', algorithm, clock: clock.now, prefix: uniquePrefix('noscript'), denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 5,
+      window: '1h',
+      algorithm,
+      clock: clock.now,
+      prefix: uniquePrefix('noscript'),
+      denyCacheSize: 0,
+    });
     expect((await limiter.check('a', { cost: 2 })).allowed).toBe(true);
     const sha = sha1(algorithms[algorithm].lua);
     expect(await admin.script('EXISTS', sha)).toEqual([1]);
@@ -41,7 +49,14 @@ describe.each(ALGORITHMS)('%s after SCRIPT FLUSH', (algorithm) => {
   });
 
   test('many parallel checks right after a flush all succeed, and count exactly', async () => {
-    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 30, window: '1h', algorithm, prefix: uniquePrefix('noscript'), denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 30,
+      window: '1h',
+      algorithm,
+      prefix: uniquePrefix('noscript'),
+      denyCacheSize: 0,
+    });
     await limiter.check('warm');
     await admin.script('FLUSH');
     const decisions = await Promise.all(Array.from({ length: 50 }, () => limiter.check('p')));
@@ -64,7 +79,13 @@ describe('after a Redis restart (scripts and data gone)', () => {
   });
 
   test('checks work again once the connection is back', async () => {
-    const limiter = createLimiter({ store: new RedisStore({ client: restartClient }), limit: 3, window: '1h', prefix: uniquePrefix('restart'), denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: new RedisStore({ client: restartClient }),
+      limit: 3,
+      window: '1h',
+      prefix: uniquePrefix('restart'),
+      denyCacheSize: 0,
+    });
     expect((await limiter.check('a')).allowed).toBe(true);
     const closed = new Promise((resolve) => restartClient.once('close', resolve));
     await server.kill();

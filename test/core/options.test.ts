@@ -3,8 +3,8 @@
  * option's name, when the limiter (or store) is constructed, or when check() is called
  * for a bad cost.
  */
-import { Redis } from 'ioredis';
-import { createLimiter, MemoryStore, RedisStore, type LimiterOptions } from '../../src';
+import type { Redis } from 'ioredis';
+import { createLimiter, type LimiterOptions, MemoryStore, RedisStore } from '../../src';
 import { parseDuration } from '../../src/options';
 import { redisClient } from '../helpers/redis';
 
@@ -85,7 +85,16 @@ describe('createLimiter options', () => {
     expectOptionError(() => createLimiter({ limits: [] }), 'limits');
     expectOptionError(() => createLimiter({ limits: 'x' as unknown as [] }), 'limits');
     expectOptionError(() => createLimiter({ limits: [null as unknown as { limit: number; window: string }] }), 'limits[0]');
-    expectOptionError(() => createLimiter({ limits: [{ limit: 5, window: '1s' }, { limit: 0, window: '1h' }] }), 'limits[1].limit');
+    expectOptionError(
+      () =>
+        createLimiter({
+          limits: [
+            { limit: 5, window: '1s' },
+            { limit: 0, window: '1h' },
+          ],
+        }),
+      'limits[1].limit',
+    );
     expectOptionError(() => createLimiter({ limits: [{ limit: 5, window: '1x' }] }), 'limits[0].window');
   });
 
@@ -112,7 +121,13 @@ describe('createLimiter options', () => {
 });
 
 describe('cost in check() and peek()', () => {
-  const limiter = createLimiter({ limits: [{ limit: 5, window: '1s' }, { limit: 10, window: '1m' }], denyCacheSize: 0 });
+  const limiter = createLimiter({
+    limits: [
+      { limit: 5, window: '1s' },
+      { limit: 10, window: '1m' },
+    ],
+    denyCacheSize: 0,
+  });
 
   test.each([-1, 1.5, 6, NaN, Infinity, '1', null])('cost %p is rejected with a TypeError naming cost', async (cost) => {
     await expect(limiter.check('a', { cost: cost as number })).rejects.toThrow(TypeError);
@@ -148,7 +163,7 @@ describe('store options', () => {
     expectOptionError(() => new MemoryStore({ maxKeys: 0 }), 'maxKeys');
     expectOptionError(() => new MemoryStore({ maxKeys: 1.5 }), 'maxKeys');
     expectOptionError(() => new MemoryStore({ sweepIntervalMs: -1 }), 'sweepIntervalMs');
-    expect(() => new MemoryStore(null as unknown as {})).toThrow(TypeError);
+    expect(() => new MemoryStore(null as unknown as object)).toThrow(TypeError);
     const store = new MemoryStore({ maxKeys: 5, sweepIntervalMs: 0 });
     expect(store.maxKeys).toBe(5);
     store.shutdown();

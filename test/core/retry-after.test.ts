@@ -2,11 +2,11 @@
  * retryAfterMs / resetAt are exact for every algorithm: waiting exactly retryAfterMs is
  * allowed, 1 ms (or 1 s) less is not; including several tiers and costs above 1.
  */
-import { Redis } from 'ioredis';
-import { createLimiter, MemoryStore, RedisStore, type Limiter, type Store } from '../../src';
+import type { Redis } from 'ioredis';
+import { createLimiter, type Limiter, MemoryStore, RedisStore, type Store } from '../../src';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 import { seeded } from '../helpers/random';
+import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;
 beforeAll(() => {
@@ -25,7 +25,14 @@ const START = 1_700_000_040_000 - (1_700_000_040_000 % (10 * MINUTE)); // a boun
 describe.each(stores)('exact retryAfterMs on %s', (_name, makeStore) => {
   function setup(algorithm: AlgorithmName, limits: Tier[]) {
     const clock = manualClock(START);
-    const limiter = createLimiter({ store: makeStore(), limits, algorithm, clock: clock.now, prefix: uniquePrefix('retry'), denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: makeStore(),
+      limits,
+      algorithm,
+      clock: clock.now,
+      prefix: uniquePrefix('retry'),
+      denyCacheSize: 0,
+    });
     return { clock, limiter };
   }
 
@@ -33,7 +40,13 @@ describe.each(stores)('exact retryAfterMs on %s', (_name, makeStore) => {
    * At `at - 1000` and `at - 1` (when still ahead) a request of `cost` is denied; at `at` it is
    * allowed. Peeks only, and the clock only moves forward: it is left at `at`.
    */
-  async function expectFirstAllowedAt(limiter: Limiter, clock: ReturnType<typeof manualClock>, id: string, cost: number, at: number): Promise<void> {
+  async function expectFirstAllowedAt(
+    limiter: Limiter,
+    clock: ReturnType<typeof manualClock>,
+    id: string,
+    cost: number,
+    at: number,
+  ): Promise<void> {
     for (const early of [1_000, 1]) {
       if (at - early < clock.now()) continue;
       clock.set(at - early);
@@ -127,7 +140,13 @@ describe.each(stores)('exact retryAfterMs on %s', (_name, makeStore) => {
   test.each(ALGORITHMS)('%s: every denial and every full allowance in a random sequence gives the exact wait', async (algorithm) => {
     const random = seeded(0x7e7 + ALGORITHMS.indexOf(algorithm));
     let verified = 0;
-    for (const limits of [[{ limit: 7, window: 5_000 }], [{ limit: 3, window: 1_000 }, { limit: 10, window: 20_000 }]]) {
+    for (const limits of [
+      [{ limit: 7, window: 5_000 }],
+      [
+        { limit: 3, window: 1_000 },
+        { limit: 10, window: 20_000 },
+      ],
+    ]) {
       const { clock, limiter } = setup(algorithm, limits);
       const smallest = Math.min(...limits.map((tier) => tier.limit));
       for (let step = 0; step < 120; step++) {

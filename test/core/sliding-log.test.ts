@@ -2,7 +2,7 @@
  * Sliding log specifics: one sorted-set member per counted unit, unique even within one
  * millisecond, trimmed to the longest window.
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
@@ -15,7 +15,14 @@ afterAll(() => client.quit());
 const START = 1_700_000_000_000;
 
 function logLimiter(limits: { limit: number; window: number }[], clock = manualClock(START)) {
-  const limiter = createLimiter({ store: new RedisStore({ client }), limits, algorithm: 'sliding-log', clock: clock.now, prefix: uniquePrefix('log'), denyCacheSize: 0 });
+  const limiter = createLimiter({
+    store: new RedisStore({ client }),
+    limits,
+    algorithm: 'sliding-log',
+    clock: clock.now,
+    prefix: uniquePrefix('log'),
+    denyCacheSize: 0,
+  });
   return { clock, limiter, key: (id: string) => limiter.keyFor(id) };
 }
 
@@ -44,7 +51,13 @@ describe('sliding log in Redis', () => {
   });
 
   test('parallel checks on the Redis clock: every unit is its own member', async () => {
-    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 1_000, window: '1m', algorithm: 'sliding-log', prefix: uniquePrefix('log') });
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 1_000,
+      window: '1m',
+      algorithm: 'sliding-log',
+      prefix: uniquePrefix('log'),
+    });
     const decisions = await Promise.all(Array.from({ length: 150 }, () => limiter.check('p')));
     expect(decisions.every((decision) => decision.allowed)).toBe(true);
     const counted = await units(limiter.keyFor('p'));
@@ -114,7 +127,15 @@ describe.each<[string, () => Store]>([
 ])('sliding log is exact on %s', (_name, makeStore) => {
   test('the count is exactly the units newer than now - window', async () => {
     const clock = manualClock(START);
-    const limiter = createLimiter({ store: makeStore(), limit: 10, window: 1_000, algorithm: 'sliding-log', clock: clock.now, prefix: uniquePrefix('exact'), denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: makeStore(),
+      limit: 10,
+      window: 1_000,
+      algorithm: 'sliding-log',
+      clock: clock.now,
+      prefix: uniquePrefix('exact'),
+      denyCacheSize: 0,
+    });
     const times = [0, 0, 100, 250, 250, 250, 999];
     for (const t of times) {
       clock.set(START + t);

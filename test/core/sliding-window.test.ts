@@ -1,4 +1,4 @@
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
@@ -20,7 +20,14 @@ describe.each(stores)('sliding window on %s', (_name, makeStore) => {
   function setup(limit = 100) {
     const clock = manualClock(START);
     // denyCacheSize 0: every check must reach the store's script.
-    const limiter = createLimiter({ store: makeStore(), limit, window: WINDOW, prefix: uniquePrefix(), clock: clock.now, denyCacheSize: 0 });
+    const limiter = createLimiter({
+      store: makeStore(),
+      limit,
+      window: WINDOW,
+      prefix: uniquePrefix(),
+      clock: clock.now,
+      denyCacheSize: 0,
+    });
     return { clock, limiter };
   }
 

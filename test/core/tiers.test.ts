@@ -2,8 +2,8 @@
  * Tiers are all-or-nothing: a request denied by any tier is counted by none, and the
  * decision reports every tier and the binding one.
  */
-import { Redis } from 'ioredis';
-import { createLimiter, MemoryStore, RedisStore, type Decision, type Store } from '../../src';
+import type { Redis } from 'ioredis';
+import { createLimiter, type Decision, MemoryStore, RedisStore, type Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
@@ -48,7 +48,14 @@ describe.each(stores)('tiers on %s', (_name, makeStore) => {
   describe.each(ALGORITHMS)('%s', (algorithm) => {
     function setup() {
       const clock = manualClock(START);
-      const limiter = createLimiter({ store: makeStore(), limits: LIMITS, algorithm, clock: clock.now, prefix: uniquePrefix('tiers'), denyCacheSize: 0 });
+      const limiter = createLimiter({
+        store: makeStore(),
+        limits: LIMITS,
+        algorithm,
+        clock: clock.now,
+        prefix: uniquePrefix('tiers'),
+        denyCacheSize: 0,
+      });
       return { clock, limiter };
     }
 
@@ -88,7 +95,16 @@ describe.each(stores)('tiers on %s', (_name, makeStore) => {
       const { clock, limiter } = setup();
       const first = await limiter.check('u');
       // Both fit again right away: the binding tier is the one with least left (the 1 s tier: 2 of 3).
-      expect(first).toMatchObject({ allowed: true, tier: 0, limit: 3, window: 1_000, remaining: 2, estimated: 1, retryAfterMs: 0, resetAt: START });
+      expect(first).toMatchObject({
+        allowed: true,
+        tier: 0,
+        limit: 3,
+        window: 1_000,
+        remaining: 2,
+        estimated: 1,
+        retryAfterMs: 0,
+        resetAt: START,
+      });
       expect(first.tiers).toEqual([
         { limit: 3, window: 1_000, estimated: 1, remaining: 2, resetAt: START },
         { limit: 5, window: HOUR, estimated: 1, remaining: 4, resetAt: START },

@@ -32,7 +32,10 @@ describe('Express: user callbacks that fail', () => {
   });
 
   test('an identify function returning an object is an error, not one shared "[object Object]" key', async () => {
-    const identify = resolveIdentify<object>(() => ({ id: 1 }) as never, () => undefined);
+    const identify = resolveIdentify<object>(
+      () => ({ id: 1 }) as never,
+      () => undefined,
+    );
     expect(() => identify({})).toThrow(/^identify: must return a string, a finite number or nothing/);
     const app = express();
     app.use(rateLimit({ identify: (() => ({ user: 'x' })) as never }));

@@ -4,12 +4,12 @@
  * it), 503 with failMode 'closed', and never a wait longer than timeoutMs.
  */
 import express5, { type Request } from 'express';
-import request from 'supertest';
 import { Redis, type RedisOptions } from 'ioredis';
-import { rateLimit, RedisStore } from '../../src/express';
+import request from 'supertest';
+import { RedisStore, rateLimit } from '../../src/express';
 import { RateLimitTimeoutError } from '../../src/limiter';
-import { freePort } from '../helpers/redis-server';
 import { uniquePrefix } from '../helpers/redis';
+import { freePort } from '../helpers/redis-server';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const express4 = require('express4') as typeof express5;

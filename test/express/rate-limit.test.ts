@@ -3,10 +3,10 @@
  * counting in a real Redis. Time comes from a manual clock.
  */
 import express5, { type NextFunction, type Request, type Response } from 'express';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { Redis } from 'ioredis';
-import { type Decision, rateLimit, type RateLimitMiddleware, RedisStore } from '../../src/express';
 import type { ExpressRateLimitOptions } from '../../src/express';
+import { type Decision, type RateLimitMiddleware, RedisStore, rateLimit } from '../../src/express';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -210,7 +210,16 @@ describe.each([
 
     test("headers: 'draft-6', 'draft-7', 'ietf' and arrays of styles", async () => {
       const cases: [ExpressRateLimitOptions['headers'], Record<string, string | undefined>][] = [
-        ['draft-6', { 'ratelimit-policy': '2;w=10', 'ratelimit-limit': '2', 'ratelimit-remaining': '1', 'ratelimit-reset': '0', 'x-ratelimit-limit': undefined }],
+        [
+          'draft-6',
+          {
+            'ratelimit-policy': '2;w=10',
+            'ratelimit-limit': '2',
+            'ratelimit-remaining': '1',
+            'ratelimit-reset': '0',
+            'x-ratelimit-limit': undefined,
+          },
+        ],
         ['draft-7', { 'ratelimit-policy': '2;w=10', ratelimit: 'limit=2, remaining=1, reset=0', 'x-ratelimit-limit': undefined }],
         ['ietf', { 'ratelimit-policy': '"default";q=2;w=10', ratelimit: '"default";r=1;t=0', 'x-ratelimit-limit': undefined }],
         [['legacy', 'draft-7'], { ratelimit: 'limit=2, remaining=1, reset=0', 'x-ratelimit-limit': '2', 'x-ratelimit-remaining': '1' }],
@@ -219,7 +228,8 @@ describe.each([
         const { middleware } = limiter({ headers });
         const { app } = appWith(middleware);
         const response = await request(app).get('/').expect(200);
-        for (const [name, value] of Object.entries(expected)) expect([headers, name, response.headers[name]]).toEqual([headers, name, value]);
+        for (const [name, value] of Object.entries(expected))
+          expect([headers, name, response.headers[name]]).toEqual([headers, name, value]);
       }
     });
 
@@ -248,10 +258,17 @@ describe.each([
 
     test('nearLimitBand is configurable', async () => {
       const near: [number, string][] = [];
-      const { middleware } = limiter({ limit: 10, nearLimitBand: [0.5, 0.6], onNearLimit: (decision, req) => near.push([decision.ratio, req.path]) });
+      const { middleware } = limiter({
+        limit: 10,
+        nearLimitBand: [0.5, 0.6],
+        onNearLimit: (decision, req) => near.push([decision.ratio, req.path]),
+      });
       const { app } = appWith(middleware);
       for (let i = 1; i <= 10; i++) await request(app).get(`/${i}`).expect(200);
-      expect(near).toEqual([[0.5, '/5'], [0.6, '/6']]);
+      expect(near).toEqual([
+        [0.5, '/5'],
+        [0.6, '/6'],
+      ]);
     });
 
     test('cost(req): each request consumes what the function says', async () => {
@@ -274,7 +291,14 @@ describe.each([
     });
 
     test('limits: the headers report the binding tier', async () => {
-      const { middleware, clock } = limiter({ limit: undefined, window: undefined, limits: [{ limit: 10, window: '1s' }, { limit: 3, window: '1m' }] });
+      const { middleware, clock } = limiter({
+        limit: undefined,
+        window: undefined,
+        limits: [
+          { limit: 10, window: '1s' },
+          { limit: 3, window: '1m' },
+        ],
+      });
       const { app } = appWith(middleware);
       // The per-minute tier has least left from the start.
       const first = await request(app).get('/').expect(200);
@@ -291,7 +315,14 @@ describe.each([
     });
 
     test('limits: a short tier binds while it is the one that denies', async () => {
-      const { middleware, clock, decisions } = limiter({ limit: undefined, window: undefined, limits: [{ limit: 2, window: '1s' }, { limit: 100, window: '1h' }] });
+      const { middleware, clock, decisions } = limiter({
+        limit: undefined,
+        window: undefined,
+        limits: [
+          { limit: 2, window: '1s' },
+          { limit: 100, window: '1h' },
+        ],
+      });
       const { app } = appWith(middleware);
       await request(app).get('/').expect(200);
       const full = await request(app).get('/').expect(200);
@@ -313,8 +344,20 @@ describe.each([
   describe('placement', () => {
     test('app.use limits every route; a per-route middleware with its own prefix counts separately', async () => {
       const prefix = uniquePrefix('ex');
-      const global = rateLimit({ store: new RedisStore({ client }), limit: 5, window: WINDOW, prefix: `${prefix}-global`, identify: () => 'client' });
-      const login = rateLimit({ store: new RedisStore({ client }), limit: 2, window: WINDOW, prefix: `${prefix}-login`, identify: () => 'client' });
+      const global = rateLimit({
+        store: new RedisStore({ client }),
+        limit: 5,
+        window: WINDOW,
+        prefix: `${prefix}-global`,
+        identify: () => 'client',
+      });
+      const login = rateLimit({
+        store: new RedisStore({ client }),
+        limit: 2,
+        window: WINDOW,
+        prefix: `${prefix}-login`,
+        identify: () => 'client',
+      });
       const app = express();
       app.use(global);
       app.post('/login', login, (_req, res) => {

@@ -4,10 +4,10 @@
  * plugin's counts. Real Fastify over real sockets, real Redis, manual clock.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { Redis } from 'ioredis';
-import { rateLimitPlugin, RedisStore } from '../../src/fastify';
 import type { FastifyRateLimitOptions } from '../../src/fastify';
+import { RedisStore, rateLimitPlugin } from '../../src/fastify';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;
@@ -25,7 +25,15 @@ async function setup(options: FastifyRateLimitOptions = {}) {
   const prefix = uniquePrefix('fyhook');
   const app = Fastify();
   apps.push(app);
-  await app.register(rateLimitPlugin, { store: new RedisStore({ client }), limit: 10, window: '1m', prefix, clock: clock.now, identify: () => 'client', ...options });
+  await app.register(rateLimitPlugin, {
+    store: new RedisStore({ client }),
+    limit: 10,
+    window: '1m',
+    prefix,
+    clock: clock.now,
+    identify: () => 'client',
+    ...options,
+  });
   return { app, prefix };
 }
 
@@ -34,12 +42,18 @@ describe('hook option', () => {
     const { app } = await setup({ hook: 'preHandler', cost: (req) => (req.body as { items?: unknown[] } | undefined)?.items?.length ?? 1 });
     app.post('/batch', async () => 'ok');
     await app.ready();
-    const first = await request(app.server).post('/batch').send({ items: [1, 2, 3, 4, 5, 6] });
+    const first = await request(app.server)
+      .post('/batch')
+      .send({ items: [1, 2, 3, 4, 5, 6] });
     expect(first.status).toBe(200);
     expect(first.headers['x-ratelimit-remaining']).toBe('4');
-    const second = await request(app.server).post('/batch').send({ items: [1, 2, 3, 4, 5] });
+    const second = await request(app.server)
+      .post('/batch')
+      .send({ items: [1, 2, 3, 4, 5] });
     expect(second.status).toBe(429);
-    const third = await request(app.server).post('/batch').send({ items: [1, 2, 3, 4] });
+    const third = await request(app.server)
+      .post('/batch')
+      .send({ items: [1, 2, 3, 4] });
     expect(third.status).toBe(200);
     expect(third.headers['x-ratelimit-remaining']).toBe('0');
   });
@@ -75,25 +89,25 @@ describe('hook option', () => {
 });
 
 describe('routes that change only how a check runs', () => {
-  test.each([['timeoutMs', { timeoutMs: 100 }], ['denyCacheSize', { denyCacheSize: 0 }]])(
-    'a route overriding only %s shares the plugin quota and keys',
-    async (_name, override) => {
-      const { app, prefix } = await setup({ limit: 3 });
-      app.get('/plain', async () => 'ok');
-      app.get('/tuned', { config: { rateLimit: override } }, async () => 'ok');
-      await app.ready();
-      expect((await request(app.server).get('/plain')).headers['x-ratelimit-remaining']).toBe('2');
-      expect((await request(app.server).get('/tuned')).headers['x-ratelimit-remaining']).toBe('1');
-      expect((await request(app.server).get('/plain')).headers['x-ratelimit-remaining']).toBe('0');
-      expect((await request(app.server).get('/tuned')).status).toBe(429);
-      const keys: string[] = [];
-      let cursor = '0';
-      do {
-        const [next, batch] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-        keys.push(...batch);
-        cursor = next;
-      } while (cursor !== '0');
-      expect(keys).toEqual([`${prefix}:client`]);
-    },
-  );
+  test.each([
+    ['timeoutMs', { timeoutMs: 100 }],
+    ['denyCacheSize', { denyCacheSize: 0 }],
+  ])('a route overriding only %s shares the plugin quota and keys', async (_name, override) => {
+    const { app, prefix } = await setup({ limit: 3 });
+    app.get('/plain', async () => 'ok');
+    app.get('/tuned', { config: { rateLimit: override } }, async () => 'ok');
+    await app.ready();
+    expect((await request(app.server).get('/plain')).headers['x-ratelimit-remaining']).toBe('2');
+    expect((await request(app.server).get('/tuned')).headers['x-ratelimit-remaining']).toBe('1');
+    expect((await request(app.server).get('/plain')).headers['x-ratelimit-remaining']).toBe('0');
+    expect((await request(app.server).get('/tuned')).status).toBe(429);
+    const keys: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, batch] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+      keys.push(...batch);
+      cursor = next;
+    } while (cursor !== '0');
+    expect(keys).toEqual([`${prefix}:client`]);
+  });
 });

@@ -77,10 +77,19 @@ const byHeader = (request: { headers: Record<string, string | string[] | undefin
   return typeof value === 'string' && value !== '' ? decode(value) : undefined;
 };
 
-async function app(framework: Framework, name: string, options: Parameters<typeof startApp>[1] = {}, settings: Parameters<typeof startApp>[2] = {}): Promise<App> {
+async function app(
+  framework: Framework,
+  name: string,
+  options: Parameters<typeof startApp>[1] = {},
+  settings: Parameters<typeof startApp>[2] = {},
+): Promise<App> {
   const prefix = `bad-${framework}-${name}`;
   prefixes.add(prefix);
-  const started = await startApp(framework, { store: new RedisStore({ client }), limit: LIMIT, window: '1h', prefix, ...options }, settings);
+  const started = await startApp(
+    framework,
+    { store: new RedisStore({ client }), limit: LIMIT, window: '1h', prefix, ...options },
+    settings,
+  );
   apps.push(started);
   return started;
 }
@@ -178,7 +187,13 @@ describe.each(FRAMEWORKS)('%s', (framework) => {
 
   test('IPv6 addresses rotated inside one /56 (X-Forwarded-For from a trusted loopback proxy) share one quota', async () => {
     const { port } = await app(framework, 'v6', {}, { trustProxy: framework === 'express' ? 'loopback' : '127.0.0.1' });
-    const inside = ['2001:db8:abcd:1200::1', '2001:db8:abcd:12ff:ffff:ffff:ffff:ffff', '2001:db8:abcd:1234:5678::9', '2001:DB8:ABCD:1201::', '2001:db8:abcd:1299::42'];
+    const inside = [
+      '2001:db8:abcd:1200::1',
+      '2001:db8:abcd:12ff:ffff:ffff:ffff:ffff',
+      '2001:db8:abcd:1234:5678::9',
+      '2001:DB8:ABCD:1201::',
+      '2001:db8:abcd:1299::42',
+    ];
     const codes: number[] = [];
     for (const address of inside) codes.push((await get(port, { 'x-forwarded-for': address })).status);
     expect(codes).toEqual(LIMITED);

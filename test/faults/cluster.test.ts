@@ -28,7 +28,10 @@ beforeEach(async () => {
   cluster = await startPartialCoverageCluster();
   admin = await clusterAdmin(cluster);
   // disconnectTimeout: disconnecting from the killed node arms a timer for its dead socket (2 s by default).
-  client = new Cluster(cluster.startupNodes, { enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 1, disconnectTimeout: 100 } });
+  client = new Cluster(cluster.startupNodes, {
+    enableOfflineQueue: false,
+    redisOptions: { maxRetriesPerRequest: 1, disconnectTimeout: 100 },
+  });
   client.on('error', () => undefined);
   client.on('node error', () => undefined);
   await waitReady(client);
@@ -67,7 +70,14 @@ async function timed(limiter: Limiter, id: string): Promise<{ decision?: Decisio
 test('a migrated slot (ASK during the migration, MOVED after it) is followed: decisions continue exactly, counts preserved', async () => {
   const rejections = watchUnhandledRejections();
   try {
-    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 10, window: '1h', prefix: 'migrate', denyCacheSize: 0, timeoutMs: 2_000 });
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 10,
+      window: '1h',
+      prefix: 'migrate',
+      denyCacheSize: 0,
+      timeoutMs: 2_000,
+    });
     const id = 'user-7';
     const key = limiter.keyFor(id);
     const slot = await admin.slotOf(key);
@@ -103,7 +113,7 @@ test('a migrated slot (ASK during the migration, MOVED after it) is followed: de
   }
 });
 
-test('one master SIGKILLed: the others\' identifiers stay exactly limited, the dead one\'s fail open or closed within timeoutMs', async () => {
+test("one master SIGKILLed: the others' identifiers stay exactly limited, the dead one's fail open or closed within timeoutMs", async () => {
   const rejections = watchUnhandledRejections();
   const apps: App[] = [];
   try {
@@ -150,10 +160,16 @@ test('one master SIGKILLed: the others\' identifiers stay exactly limited, the d
     }
 
     // Right after the kill, while the other masters still think it may come back...
-    await verify(surviving.filter((_, i) => i % 2 === 0), doomed.slice(0, 3));
+    await verify(
+      surviving.filter((_, i) => i % 2 === 0),
+      doomed.slice(0, 3),
+    );
     // ...and once they have marked it failed (cluster-node-timeout is 2 s).
     await sleep(2_500);
-    await verify(surviving.filter((_, i) => i % 2 === 1), doomed.slice(3));
+    await verify(
+      surviving.filter((_, i) => i % 2 === 1),
+      doomed.slice(3),
+    );
     // Surviving identifiers over HTTP: exactly at their limit (5 counted), so denied.
     for (const id of surviving.slice(0, 2)) {
       expect(await get(open.port, { 'x-id': id })).toMatchObject({ status: 429, limited: true });

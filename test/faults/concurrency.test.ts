@@ -30,26 +30,36 @@ afterAll(async () => {
 
 function instances(algorithm: AlgorithmName, denyCacheSize: number): Limiter[] {
   const prefix = `race-${algorithm}-${++run}`;
-  return clients.map((client) => createLimiter({ store: new RedisStore({ client }), algorithm, limit: LIMIT, window: '1h', prefix, denyCacheSize, timeoutMs: 5_000 }));
+  return clients.map((client) =>
+    createLimiter({ store: new RedisStore({ client }), algorithm, limit: LIMIT, window: '1h', prefix, denyCacheSize, timeoutMs: 5_000 }),
+  );
 }
 
 describe.each(ALGORITHMS)('%s', (algorithm) => {
   test.each([
     ['deny cache off', 0],
     ['deny cache on', 10_000],
-  ])(`${CHECKS} parallel checks from ${INSTANCES} instances against a limit of ${LIMIT} allow exactly ${LIMIT} (%s)`, async (_name, denyCacheSize) => {
-    const limiters = instances(algorithm, denyCacheSize);
-    const decisions = await Promise.all(Array.from({ length: CHECKS }, (_, i) => limiters[i % INSTANCES].check('shared')));
-    expect(decisions.filter((decision) => decision.allowed)).toHaveLength(LIMIT);
-    // Every instance got its share of the race, not one instance all of it.
-    const perInstance = limiters.map((_, instance) => decisions.filter((decision, i) => i % INSTANCES === instance && decision.allowed).length);
-    expect(perInstance.filter((allowed) => allowed > 0).length).toBeGreaterThan(1);
-    // Remaining values of the allowed ones are each of 99..0 exactly once: no two saw the same count.
-    const remaining = decisions.filter((decision) => decision.allowed).map((decision) => decision.remaining).sort((a, b) => a - b);
-    expect(remaining).toEqual(Array.from({ length: LIMIT }, (_, i) => i));
-    const stored = await limiters[0].peek('shared', { cost: 0 });
-    expect(stored.estimated).toBe(LIMIT);
-  });
+  ])(
+    `${CHECKS} parallel checks from ${INSTANCES} instances against a limit of ${LIMIT} allow exactly ${LIMIT} (%s)`,
+    async (_name, denyCacheSize) => {
+      const limiters = instances(algorithm, denyCacheSize);
+      const decisions = await Promise.all(Array.from({ length: CHECKS }, (_, i) => limiters[i % INSTANCES].check('shared')));
+      expect(decisions.filter((decision) => decision.allowed)).toHaveLength(LIMIT);
+      // Every instance got its share of the race, not one instance all of it.
+      const perInstance = limiters.map(
+        (_, instance) => decisions.filter((decision, i) => i % INSTANCES === instance && decision.allowed).length,
+      );
+      expect(perInstance.filter((allowed) => allowed > 0).length).toBeGreaterThan(1);
+      // Remaining values of the allowed ones are each of 99..0 exactly once: no two saw the same count.
+      const remaining = decisions
+        .filter((decision) => decision.allowed)
+        .map((decision) => decision.remaining)
+        .sort((a, b) => a - b);
+      expect(remaining).toEqual(Array.from({ length: LIMIT }, (_, i) => i));
+      const stored = await limiters[0].peek('shared', { cost: 0 });
+      expect(stored.estimated).toBe(LIMIT);
+    },
+  );
 
   test(`${CHECKS} parallel checks of cost 3 allow exactly floor(${LIMIT} / 3)`, async () => {
     const limiters = instances(algorithm, 0);

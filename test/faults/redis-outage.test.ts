@@ -44,110 +44,115 @@ function failed(sample: Sample, failMode: FailMode): boolean {
 
 describe.each(CLIENT_CONFIGS)('Redis SIGKILLed and restarted under load, client with %s', (configName, clientOptions) => {
   describe.each(FRAMEWORKS)('%s', (framework) => {
-    test.each<FailMode>(['open', 'closed'])('failMode %s: all answered within timeoutMs, nothing reported failed is counted, limiting resumes', async (failMode) => {
-      const redis = await startFaultRedis();
-      const client = quietClient(redis.url, clientOptions);
-      const admin = quietClient(redis.url, { maxRetriesPerRequest: 0 });
-      const inspect = quietClient(redis.url);
-      const rejections = watchUnhandledRejections();
-      const errors: string[] = [];
-      const prefix = `outage-${framework}-${failMode}`;
-      let app: Awaited<ReturnType<typeof startApp>> | undefined;
-      let traffic: ReturnType<typeof load> | undefined;
-      try {
-        await waitReady(client);
-        app = await startApp(framework, {
-          store: new RedisStore({ client }),
-          limit: LIMIT,
-          window: '1h',
-          timeoutMs: TIMEOUT_MS,
-          failMode,
-          prefix,
-          // Every request goes to Redis: a cached denial would hide the outage.
-          denyCacheSize: 0,
-          identify: (request) => request.headers['x-id'] as string | undefined,
-          onError: (error) => errors.push((error as Error).name),
-        });
-        traffic = load(app.port, CONCURRENCY, (index) => `client-${index}`);
-        await sleep(700);
+    test.each<FailMode>(['open', 'closed'])(
+      'failMode %s: all answered within timeoutMs, nothing reported failed is counted, limiting resumes',
+      async (failMode) => {
+        const redis = await startFaultRedis();
+        const client = quietClient(redis.url, clientOptions);
+        const admin = quietClient(redis.url, { maxRetriesPerRequest: 0 });
+        const inspect = quietClient(redis.url);
+        const rejections = watchUnhandledRejections();
+        const errors: string[] = [];
+        const prefix = `outage-${framework}-${failMode}`;
+        let app: Awaited<ReturnType<typeof startApp>> | undefined;
+        let traffic: ReturnType<typeof load> | undefined;
+        try {
+          await waitReady(client);
+          app = await startApp(framework, {
+            store: new RedisStore({ client }),
+            limit: LIMIT,
+            window: '1h',
+            timeoutMs: TIMEOUT_MS,
+            failMode,
+            prefix,
+            // Every request goes to Redis: a cached denial would hide the outage.
+            denyCacheSize: 0,
+            identify: (request) => request.headers['x-id'] as string | undefined,
+            onError: (error) => errors.push((error as Error).name),
+          });
+          traffic = load(app.port, CONCURRENCY, (index) => `client-${index}`);
+          await sleep(700);
 
-        // Make Redis stop answering, then send checks it will never answer: they fail at
-        // timeoutMs, and are then killed with Redis while still unanswered.
-        admin.call('DEBUG', 'SLEEP', '3').catch(() => undefined);
-        await sleep(50);
-        const probes = await Promise.all(Array.from({ length: PROBES }, () => get(app!.port, { 'x-id': 'probe' })));
+          // Make Redis stop answering, then send checks it will never answer: they fail at
+          // timeoutMs, and are then killed with Redis while still unanswered.
+          admin.call('DEBUG', 'SLEEP', '3').catch(() => undefined);
+          await sleep(50);
+          const probes = await Promise.all(Array.from({ length: PROBES }, () => get(app!.port, { 'x-id': 'probe' })));
 
-        await redis.kill();
-        const killedAt = performance.now();
-        await sleep(1_000);
-        // The moment the client is ready again: no decision can be answered before it.
-        let readyAt = Infinity;
-        client.once('ready', () => {
-          readyAt = performance.now();
-        });
-        await redis.restart();
-        await waitReady(client);
-        await sleep(1_500);
-        traffic.stop();
-        const samples = await traffic.done;
-        // Whatever ioredis would resend on reconnect has been sent by now.
-        await sleep(200);
+          await redis.kill();
+          const killedAt = performance.now();
+          await sleep(1_000);
+          // The moment the client is ready again: no decision can be answered before it.
+          let readyAt = Infinity;
+          client.once('ready', () => {
+            readyAt = performance.now();
+          });
+          await redis.restart();
+          await waitReady(client);
+          await sleep(1_500);
+          traffic.stop();
+          const samples = await traffic.done;
+          // Whatever ioredis would resend on reconnect has been sent by now.
+          await sleep(200);
 
-        // The probes failed as configured, at timeoutMs.
-        for (const probe of probes) {
-          expect(failed(probe, failMode)).toBe(true);
-          expect(probe.ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
-          expect(probe.ms).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
+          // The probes failed as configured, at timeoutMs.
+          for (const probe of probes) {
+            expect(failed(probe, failMode)).toBe(true);
+            expect(probe.ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
+            expect(probe.ms).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
+          }
+
+          // Every request was answered, as configured, and none waited past the bound.
+          const all = [...samples, ...probes];
+          const statuses = new Set(all.map((sample) => sample.status));
+          expect([...statuses].sort()).toEqual(failMode === 'open' ? [200, 429] : [200, 429, 503]);
+          // A 429 always carries the rate-limit headers; so does every 200 that is not a fail-open pass.
+          expect(all.filter((sample) => sample.status === 429 && !sample.limited)).toEqual([]);
+          if (failMode === 'closed') expect(all.filter((sample) => sample.status === 200 && !sample.limited)).toEqual([]);
+          const maxMs = Math.max(...all.map((sample) => sample.ms));
+          expect(maxMs).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
+          const failures = all.filter((sample) => failed(sample, failMode));
+          const during = samples.filter((sample) => sample.at > killedAt && sample.at < readyAt);
+          expect(during.length).toBeGreaterThan(0);
+          expect(during.every((sample) => failed(sample, failMode))).toBe(true);
+          expect(errors).toContain('RateLimitTimeoutError');
+          expect(errors).toContain('StoreUnavailableError');
+
+          // Limiting resumed by itself: the end of the run is all decisions, 429s among them.
+          const tail = samples.filter((sample) => sample.at > readyAt + 500);
+          expect(tail.length).toBeGreaterThan(0);
+          expect(tail.some((sample) => failed(sample, failMode))).toBe(false);
+          expect(tail.some((sample) => sample.status === 429)).toBe(true);
+
+          // Nothing reported as failed was counted later: the probes not at all, and each
+          // client exactly as many times as the restarted Redis allowed it.
+          expect(await slidingWindowCount(inspect, `${prefix}:probe`)).toBe(0);
+          for (let index = 0; index < CONCURRENCY; index++) {
+            const id = `client-${index}`;
+            const allowedSinceKill = samples.filter(
+              (sample) => sample.id === id && sample.at > killedAt && sample.status === 200 && sample.limited,
+            ).length;
+            expect({ id, counted: await slidingWindowCount(inspect, `${prefix}:${id}`) }).toEqual({ id, counted: allowedSinceKill });
+          }
+          expect(rejections.reasons).toEqual([]);
+
+          const outageMax = Math.max(...during.map((sample) => sample.ms), ...probes.map((sample) => sample.ms));
+          figures.push(
+            `  ${framework}, ${configName}, failMode ${failMode}: ${all.length} requests, ${failures.length} failed ${failMode}, ` +
+              `max latency ${maxMs.toFixed(0)} ms (during outage ${outageMax.toFixed(0)} ms), back to limiting ${(readyAt - killedAt).toFixed(0)} ms after the kill`,
+          );
+        } finally {
+          traffic?.stop();
+          await traffic?.done.catch(() => undefined);
+          await app?.close();
+          rejections.stop();
+          client.disconnect();
+          admin.disconnect();
+          inspect.disconnect();
+          await redis.stop();
         }
-
-        // Every request was answered, as configured, and none waited past the bound.
-        const all = [...samples, ...probes];
-        const statuses = new Set(all.map((sample) => sample.status));
-        expect([...statuses].sort()).toEqual(failMode === 'open' ? [200, 429] : [200, 429, 503]);
-        // A 429 always carries the rate-limit headers; so does every 200 that is not a fail-open pass.
-        expect(all.filter((sample) => sample.status === 429 && !sample.limited)).toEqual([]);
-        if (failMode === 'closed') expect(all.filter((sample) => sample.status === 200 && !sample.limited)).toEqual([]);
-        const maxMs = Math.max(...all.map((sample) => sample.ms));
-        expect(maxMs).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
-        const failures = all.filter((sample) => failed(sample, failMode));
-        const during = samples.filter((sample) => sample.at > killedAt && sample.at < readyAt);
-        expect(during.length).toBeGreaterThan(0);
-        expect(during.every((sample) => failed(sample, failMode))).toBe(true);
-        expect(errors).toContain('RateLimitTimeoutError');
-        expect(errors).toContain('StoreUnavailableError');
-
-        // Limiting resumed by itself: the end of the run is all decisions, 429s among them.
-        const tail = samples.filter((sample) => sample.at > readyAt + 500);
-        expect(tail.length).toBeGreaterThan(0);
-        expect(tail.some((sample) => failed(sample, failMode))).toBe(false);
-        expect(tail.some((sample) => sample.status === 429)).toBe(true);
-
-        // Nothing reported as failed was counted later: the probes not at all, and each
-        // client exactly as many times as the restarted Redis allowed it.
-        expect(await slidingWindowCount(inspect, `${prefix}:probe`)).toBe(0);
-        for (let index = 0; index < CONCURRENCY; index++) {
-          const id = `client-${index}`;
-          const allowedSinceKill = samples.filter((sample) => sample.id === id && sample.at > killedAt && sample.status === 200 && sample.limited).length;
-          expect({ id, counted: await slidingWindowCount(inspect, `${prefix}:${id}`) }).toEqual({ id, counted: allowedSinceKill });
-        }
-        expect(rejections.reasons).toEqual([]);
-
-        const outageMax = Math.max(...during.map((sample) => sample.ms), ...probes.map((sample) => sample.ms));
-        figures.push(
-          `  ${framework}, ${configName}, failMode ${failMode}: ${all.length} requests, ${failures.length} failed ${failMode}, ` +
-            `max latency ${maxMs.toFixed(0)} ms (during outage ${outageMax.toFixed(0)} ms), back to limiting ${(readyAt - killedAt).toFixed(0)} ms after the kill`,
-        );
-      } finally {
-        traffic?.stop();
-        await traffic?.done.catch(() => undefined);
-        await app?.close();
-        rejections.stop();
-        client.disconnect();
-        admin.disconnect();
-        inspect.disconnect();
-        await redis.stop();
-      }
-    });
+      },
+    );
   });
 });
 
@@ -160,14 +165,23 @@ describe.each(CLIENT_CONFIGS)('limiter on a client with %s: Redis killed and res
     const rejections = watchUnhandledRejections();
     try {
       await waitReady(client);
-      const limiter = createLimiter({ store: new RedisStore({ client }), limit: 100, window: '1h', timeoutMs: TIMEOUT_MS, denyCacheSize: 0, prefix: 'quick' });
+      const limiter = createLimiter({
+        store: new RedisStore({ client }),
+        limit: 100,
+        window: '1h',
+        timeoutMs: TIMEOUT_MS,
+        denyCacheSize: 0,
+        prefix: 'quick',
+      });
       expect((await limiter.check('warm-up')).allowed).toBe(true);
 
       admin.call('DEBUG', 'SLEEP', '3').catch(() => undefined);
       await sleep(50);
       // Reported failed at timeoutMs while Redis sleeps...
       const timedOut = await Promise.allSettled(Array.from({ length: 10 }, () => limiter.check('timed-out')));
-      expect(timedOut.map((result) => result.status === 'rejected' && (result.reason as Error).name)).toEqual(new Array(10).fill('RateLimitTimeoutError'));
+      expect(timedOut.map((result) => result.status === 'rejected' && (result.reason as Error).name)).toEqual(
+        new Array(10).fill('RateLimitTimeoutError'),
+      );
       // ...and one still waiting when Redis dies: it fails as soon as the connection closes.
       const pendingStarted = performance.now();
       const pending = limiter.check('pending').then(

@@ -43,7 +43,13 @@ describe.each(CLIENT_CONFIGS)('limiter on a client with %s', (configName, client
     const rejections = watchUnhandledRejections();
     try {
       await waitReady(client);
-      const limiter = createLimiter({ store: new RedisStore({ client }), limit: 1000, window: '1m', timeoutMs: TIMEOUT_MS, prefix: `slow-${configName.split(' ')[0]}` });
+      const limiter = createLimiter({
+        store: new RedisStore({ client }),
+        limit: 1000,
+        window: '1m',
+        timeoutMs: TIMEOUT_MS,
+        prefix: `slow-${configName.split(' ')[0]}`,
+      });
       expect((await limiter.check('a')).allowed).toBe(true);
       const { awake } = await sleepRedis();
       const outcomes = await Promise.all(
@@ -79,45 +85,50 @@ describe.each(CLIENT_CONFIGS)('limiter on a client with %s', (configName, client
 });
 
 describe.each(FRAMEWORKS)('%s', (framework) => {
-  test.each(['open', 'closed'] as const)('failMode %s: requests during the sleep are answered at timeoutMs as configured', async (failMode) => {
-    const client = quietClient(redis.url, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
-    const rejections = watchUnhandledRejections();
-    const errors: string[] = [];
-    let app: Awaited<ReturnType<typeof startApp>> | undefined;
-    try {
-      await waitReady(client);
-      app = await startApp(framework, {
-        store: new RedisStore({ client }),
-        limit: 1000,
-        window: '1m',
-        timeoutMs: TIMEOUT_MS,
-        failMode,
-        prefix: `slow-${framework}-${failMode}`,
-        identify: (request) => request.headers['x-id'] as string | undefined,
-        onError: (error) => errors.push((error as Error).name),
-      });
-      const before = await get(app.port, { 'x-id': 'a' });
-      expect(before).toMatchObject({ status: 200, limited: true });
+  test.each(['open', 'closed'] as const)(
+    'failMode %s: requests during the sleep are answered at timeoutMs as configured',
+    async (failMode) => {
+      const client = quietClient(redis.url, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
+      const rejections = watchUnhandledRejections();
+      const errors: string[] = [];
+      let app: Awaited<ReturnType<typeof startApp>> | undefined;
+      try {
+        await waitReady(client);
+        app = await startApp(framework, {
+          store: new RedisStore({ client }),
+          limit: 1000,
+          window: '1m',
+          timeoutMs: TIMEOUT_MS,
+          failMode,
+          prefix: `slow-${framework}-${failMode}`,
+          identify: (request) => request.headers['x-id'] as string | undefined,
+          onError: (error) => errors.push((error as Error).name),
+        });
+        const before = await get(app.port, { 'x-id': 'a' });
+        expect(before).toMatchObject({ status: 200, limited: true });
 
-      const { awake } = await sleepRedis();
-      const during = await Promise.all(Array.from({ length: 20 }, (_, i) => get(app!.port, { 'x-id': `id-${i}` })));
-      for (const sample of during) {
-        expect({ status: sample.status, limited: sample.limited }).toEqual({ status: failMode === 'open' ? 200 : 503, limited: false });
+        const { awake } = await sleepRedis();
+        const during = await Promise.all(Array.from({ length: 20 }, (_, i) => get(app!.port, { 'x-id': `id-${i}` })));
+        for (const sample of during) {
+          expect({ status: sample.status, limited: sample.limited }).toEqual({ status: failMode === 'open' ? 200 : 503, limited: false });
+        }
+        const times = during.map((sample) => sample.ms);
+        // Node timers may fire up to a millisecond early.
+        expect(Math.min(...times)).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
+        expect(Math.max(...times)).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
+        expect(errors).toEqual(new Array(20).fill('RateLimitTimeoutError'));
+
+        await awake;
+        expect(await get(app.port, { 'x-id': 'a' })).toMatchObject({ status: 200, limited: true });
+        expect(rejections.reasons).toEqual([]);
+        figures.push(
+          `  ${framework}, failMode ${failMode}: 20 requests answered ${failMode === 'open' ? '200' : '503'} after ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms`,
+        );
+      } finally {
+        await app?.close();
+        rejections.stop();
+        client.disconnect();
       }
-      const times = during.map((sample) => sample.ms);
-      // Node timers may fire up to a millisecond early.
-      expect(Math.min(...times)).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
-      expect(Math.max(...times)).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
-      expect(errors).toEqual(new Array(20).fill('RateLimitTimeoutError'));
-
-      await awake;
-      expect(await get(app.port, { 'x-id': 'a' })).toMatchObject({ status: 200, limited: true });
-      expect(rejections.reasons).toEqual([]);
-      figures.push(`  ${framework}, failMode ${failMode}: 20 requests answered ${failMode === 'open' ? '200' : '503'} after ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms`);
-    } finally {
-      await app?.close();
-      rejections.stop();
-      client.disconnect();
-    }
-  });
+    },
+  );
 });

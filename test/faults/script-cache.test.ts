@@ -35,7 +35,13 @@ describe.each(CLIENT_CONFIGS)('client with %s', (_configName, clientOptions) => 
     const rejections = watchUnhandledRejections();
     try {
       await waitReady(client);
-      const limiter = createLimiter({ store: new RedisStore({ client }), algorithm, limit: 100, window: '1h', prefix: prefix(`flush-${algorithm}`) });
+      const limiter = createLimiter({
+        store: new RedisStore({ client }),
+        algorithm,
+        limit: 100,
+        window: '1h',
+        prefix: prefix(`flush-${algorithm}`),
+      });
       expect((await limiter.check('a')).remaining).toBe(99);
       expect(await admin.script('FLUSH')).toBe('OK');
       expect((await limiter.check('a')).remaining).toBe(98);
@@ -80,39 +86,42 @@ describe.each(FRAMEWORKS)('%s', (framework) => {
     }
   });
 
-  test.each(CLIENT_CONFIGS)('full restart, client with %s: once reconnected, the next request gets 200 with headers, counted from zero', async (_configName, clientOptions) => {
-    const client = quietClient(redis.url, clientOptions);
-    const errors: unknown[] = [];
-    const rejections = watchUnhandledRejections();
-    let app: Awaited<ReturnType<typeof startApp>> | undefined;
-    try {
-      await waitReady(client);
-      app = await startApp(framework, {
-        store: new RedisStore({ client }),
-        limit: 10,
-        window: '1h',
-        prefix: prefix(`restart-http-${framework}`),
-        identify: (request) => request.headers['x-id'] as string | undefined,
-        onError: (error) => errors.push(error),
-      });
-      for (let i = 0; i < 5; i++) expect(await get(app.port, { 'x-id': 'a' })).toMatchObject({ status: 200, limited: true });
-      await redis.kill();
-      await redis.restart();
-      await waitReady(client);
-      errors.length = 0;
-      const next = await get(app.port, { 'x-id': 'a' });
-      expect(next).toMatchObject({ status: 200, limited: true });
-      expect(errors).toEqual([]);
-      const rest = await Promise.all(Array.from({ length: 11 }, () => get(app!.port, { 'x-id': 'a' })));
-      // Empty after the restart: 10 in all pass again, no error.
-      expect(rest.filter((sample) => sample.status === 200 && sample.limited)).toHaveLength(9);
-      expect(rest.filter((sample) => sample.status === 429)).toHaveLength(2);
-      expect(errors).toEqual([]);
-      expect(rejections.reasons).toEqual([]);
-    } finally {
-      await app?.close();
-      rejections.stop();
-      client.disconnect();
-    }
-  });
+  test.each(CLIENT_CONFIGS)(
+    'full restart, client with %s: once reconnected, the next request gets 200 with headers, counted from zero',
+    async (_configName, clientOptions) => {
+      const client = quietClient(redis.url, clientOptions);
+      const errors: unknown[] = [];
+      const rejections = watchUnhandledRejections();
+      let app: Awaited<ReturnType<typeof startApp>> | undefined;
+      try {
+        await waitReady(client);
+        app = await startApp(framework, {
+          store: new RedisStore({ client }),
+          limit: 10,
+          window: '1h',
+          prefix: prefix(`restart-http-${framework}`),
+          identify: (request) => request.headers['x-id'] as string | undefined,
+          onError: (error) => errors.push(error),
+        });
+        for (let i = 0; i < 5; i++) expect(await get(app.port, { 'x-id': 'a' })).toMatchObject({ status: 200, limited: true });
+        await redis.kill();
+        await redis.restart();
+        await waitReady(client);
+        errors.length = 0;
+        const next = await get(app.port, { 'x-id': 'a' });
+        expect(next).toMatchObject({ status: 200, limited: true });
+        expect(errors).toEqual([]);
+        const rest = await Promise.all(Array.from({ length: 11 }, () => get(app!.port, { 'x-id': 'a' })));
+        // Empty after the restart: 10 in all pass again, no error.
+        expect(rest.filter((sample) => sample.status === 200 && sample.limited)).toHaveLength(9);
+        expect(rest.filter((sample) => sample.status === 429)).toHaveLength(2);
+        expect(errors).toEqual([]);
+        expect(rejections.reasons).toEqual([]);
+      } finally {
+        await app?.close();
+        rejections.stop();
+        client.disconnect();
+      }
+    },
+  );
 });

@@ -58,7 +58,14 @@ describe.each([
       sweeps.push({ start, ms: performance.now() - start });
     };
     const limiters: Limiter[] = [
-      createLimiter({ store, prefix: 'sw', limits: [{ limit: 10, window: '1s' }, { limit: 100, window: '1m' }] }),
+      createLimiter({
+        store,
+        prefix: 'sw',
+        limits: [
+          { limit: 10, window: '1s' },
+          { limit: 100, window: '1m' },
+        ],
+      }),
       createLimiter({ store, prefix: 'fw', algorithm: 'fixed-window', limit: 5, window: '2s' }),
       createLimiter({ store, prefix: 'log', algorithm: 'sliding-log', limit: 20, window: '5s' }),
     ];

@@ -12,10 +12,12 @@ export function redisClient(options: RedisOptions = {}): Redis {
 export function clusterClient(): Cluster {
   const nodes = process.env.REDIS_CLUSTER_NODES;
   if (!nodes) throw new Error('REDIS_CLUSTER_NODES is not set');
-  return new Cluster(nodes.split(',').map((address) => {
-    const [host, port] = address.split(':');
-    return { host, port: Number(port) };
-  }));
+  return new Cluster(
+    nodes.split(',').map((address) => {
+      const [host, port] = address.split(':');
+      return { host, port: Number(port) };
+    }),
+  );
 }
 
 /** A key prefix no other test uses, so test files can share one server. */

@@ -26,7 +26,10 @@ export interface App {
 }
 
 /** Limiter options both adapters accept; `identify` receives either framework's request. */
-export type AppOptions = Omit<ExpressRateLimitOptions, 'handler' | 'identify' | 'skip' | 'cost' | 'message' | 'onDecision' | 'onNearLimit' | 'onError'> & {
+export type AppOptions = Omit<
+  ExpressRateLimitOptions,
+  'handler' | 'identify' | 'skip' | 'cost' | 'message' | 'onDecision' | 'onNearLimit' | 'onError'
+> & {
   /** Both frameworks' requests have `headers` and `ip`. */
   identify?: Identify<RequestLike> | Identify<RequestLike>[];
   onError?: (error: unknown) => void;

@@ -1,7 +1,7 @@
 /**
  * Process-level observers: unhandled rejections, heap and event-loop delay.
  */
-import { monitorEventLoopDelay, performance, PerformanceObserver } from 'node:perf_hooks';
+import { monitorEventLoopDelay, PerformanceObserver, performance } from 'node:perf_hooks';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 

@@ -3,9 +3,9 @@
  * enabled, so a test can make Redis sleep), the two client configurations under test,
  * and small polling utilities.
  */
-import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { type RedisCluster, type RedisProcess, startCluster, startRedis } from '../../helpers/redis-server';
+import { type Cluster, Redis, type RedisOptions } from 'ioredis';
 import { readCounters } from '../../../src/algorithms/prelude';
+import { type RedisCluster, type RedisProcess, startCluster, startRedis } from '../../helpers/redis-server';
 
 /** A standalone redis-server owned by the test, with `DEBUG SLEEP` allowed. */
 export function startFaultRedis(extraArgs: string[] = []): Promise<RedisProcess> {
