@@ -14,7 +14,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
 import Redis from 'ioredis';
-import { type AlgorithmName, algorithms } from '../src/algorithms';
+import { ALGORITHMS, type AlgorithmName } from '../src/algorithms';
 import { createLimiter } from '../src/limiter';
 import { startRedis } from '../test/helpers/redis-server';
 
@@ -83,7 +83,7 @@ async function settle(client: Redis): Promise<void> {
 async function measure(client: Redis, variant: Variant): Promise<Row> {
   const { algorithm, cost, window } = variant;
   const limiter = createLimiter({ limit: LIMIT, window, algorithm, prefix: PREFIX });
-  const { lua } = algorithms[algorithm];
+  const { lua } = ALGORITHMS[algorithm].check;
   const command = `bench_${algorithm.replace(/-/g, '_')}`;
   if (typeof (client as unknown as Record<string, unknown>)[command] !== 'function')
     client.defineCommand(command, { numberOfKeys: 1, lua });

@@ -3,7 +3,7 @@
  *
  * Starts its own redis-server and measures CPU microseconds (user + system of this process)
  * per operation for: a plain ioredis GET, `RedisStore.check`, `Limiter.check`, the adapters'
- * shared `HttpLimiter.evaluate` with header writing, and a denial answered from the deny
+ * shared `HttpLimiter.handle` with header writing, and a denial answered from the deny
  * cache; each with an ioredis client with and without auto-pipelining. 64 checks are kept in
  * flight, as 64 HTTP connections would. Each figure is the lowest of 7 repetitions, which
  * load from other processes disturbs least. Run through ts-node, it compiles itself and runs
@@ -12,8 +12,8 @@
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import Redis from 'ioredis';
-import { algorithms } from '../src/algorithms';
-import { createHttpLimiter, HTTP_OPTIONS } from '../src/http';
+import { ALGORITHMS } from '../src/algorithms';
+import { HttpLimiter, type HttpPort } from '../src/http/handler';
 import { createLimiter } from '../src/limiter';
 import { RedisStore } from '../src/stores/redis';
 import { startRedis } from '../test/helpers/redis-server';
@@ -61,19 +61,21 @@ async function main(): Promise<void> {
       const run = `${enableAutoPipelining ? 'ap' : 'plain'}${Date.now()}`;
       const limiter = createLimiter({ store, limit: 1e9, window: '1m', prefix: `${run}-limiter` });
       const identify = (request: { headers: Record<string, string> }): string => request.headers['x-id'];
-      const allow = createHttpLimiter({ store, limit: 1e9, window: '1m', prefix: `${run}-allow`, identify }, HTTP_OPTIONS, 'micro');
-      const deny = createHttpLimiter({ store, limit: 1, window: '1m', prefix: `${run}-deny`, identify }, HTTP_OPTIONS, 'micro');
-      const request = { headers: { 'x-id': 'user:1' } };
       const headers: Record<string, string> = {};
-      const set = (target: Record<string, string>, name: string, value: string): void => {
-        target[name] = value;
+      // A port that sends nothing, so only the shared HTTP path is measured: every outcome ends in `proceed`.
+      const port: HttpPort<typeof request, Record<string, string>> = {
+        setHeader(target, name, value) {
+          target[name] = value;
+        },
+        attach() {},
+        deny: (_request, _response, _denial, proceed) => proceed(),
+        unavailable() {},
       };
-      const http = (limiter: typeof allow) => (): unknown => {
-        const outcome = limiter.evaluate(request);
-        if (outcome instanceof Promise) return outcome.then((settled) => limiter.setHeaders(settled, headers, set));
-        limiter.setHeaders(outcome, headers, set);
-        return undefined;
-      };
+      const allow = new HttpLimiter({ store, limit: 1e9, window: '1m', prefix: `${run}-allow`, identify }, port);
+      const deny = new HttpLimiter({ store, limit: 1, window: '1m', prefix: `${run}-deny`, identify }, port);
+      const request = { headers: { 'x-id': 'user:1' } };
+      const http = (limiter: typeof allow) => (): Promise<void> =>
+        new Promise<void>((resolve) => limiter.handle(request, headers, () => resolve()));
       const check = { now: undefined, cost: 1, dryRun: false, tiers: limiter.tiers };
       // Two checks: the second is denied and cached.
       await http(deny)();
@@ -81,13 +83,13 @@ async function main(): Promise<void> {
       const figures: Record<string, number> = {};
       figures['ioredis GET'] = await cpuPerOperation(() => client.get(`${run}-get`), OPERATIONS, IN_FLIGHT);
       figures['RedisStore.check'] = await cpuPerOperation(
-        () => store.check(algorithms['sliding-window'], `${run}-store:user:1`, check),
+        () => store.check(ALGORITHMS['sliding-window'], `${run}-store:user:1`, check),
         OPERATIONS,
         IN_FLIGHT,
       );
       figures['Limiter.check'] = await cpuPerOperation(() => limiter.check('user:1'), OPERATIONS, IN_FLIGHT);
-      figures['HttpLimiter.evaluate + headers, allowed'] = await cpuPerOperation(http(allow), OPERATIONS, IN_FLIGHT);
-      figures['HttpLimiter.evaluate + headers, denied from the deny cache'] = await cpuPerOperation(http(deny), OPERATIONS * 4, 1);
+      figures['HttpLimiter.handle + headers, allowed'] = await cpuPerOperation(http(allow), OPERATIONS, IN_FLIGHT);
+      figures['HttpLimiter.handle + headers, denied from the deny cache'] = await cpuPerOperation(http(deny), OPERATIONS * 4, 1);
       measured.push(figures);
       client.disconnect();
     }

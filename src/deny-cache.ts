@@ -1,7 +1,7 @@
-import type { Decision } from './limiter';
 import { LruMap } from './lru';
+import type { Decision } from './types';
 
-interface Denial {
+interface CachedDenial {
   decision: Decision;
   /** Local epoch ms at which the denial was made. */
   at: number;
@@ -21,7 +21,7 @@ interface Denial {
  * moment the denied cost fits. Bounded: least recently denied first out.
  */
 export class DenyCache {
-  private readonly denials: LruMap<Denial>;
+  private readonly denials: LruMap<CachedDenial>;
 
   constructor(capacity: number) {
     this.denials = new LruMap(capacity);

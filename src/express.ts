@@ -1,5 +1,5 @@
 /**
- * Express middleware (Express 4 and 5).
+ * Express middleware (Express 4 and 5): framework glue over the shared HTTP path.
  *
  * @example
  * import { rateLimit, byIp } from 'sliding-window-limiter/express';
@@ -7,8 +7,11 @@
  * app.post('/login', rateLimit({ store, limit: 5, window: '1m', prefix: 'login' }), login);
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { createHttpLimiter, HTTP_OPTIONS, type HttpOptions, type Outcome, SERVICE_UNAVAILABLE } from './http';
-import type { Decision, Limiter } from './limiter';
+import { OptionError } from './errors';
+import { HttpLimiter, type HttpPort } from './http/handler';
+import { HTTP_OPTION_KEYS, type HttpOptions, SERVICE_UNAVAILABLE } from './http/options';
+import { checkOptions, keysOf } from './options/validate';
+import type { Decision, Limiter } from './types';
 
 /** Options of {@link rateLimit}: the shared HTTP options, plus `handler`. */
 export interface ExpressRateLimitOptions extends HttpOptions<Request> {
@@ -33,71 +36,45 @@ export interface RateLimitMiddleware extends RequestHandler {
   readonly limiter: Limiter;
 }
 
-const OPTIONS: ReadonlySet<string> = new Set([...HTTP_OPTIONS, 'handler']);
+const OPTIONS = keysOf<ExpressRateLimitOptions>({ ...HTTP_OPTION_KEYS, handler: true });
 
-function setHeader(response: Response, name: string, value: string): void {
-  response.setHeader(name, value);
-}
-
-/** Creates rate-limiting middleware for Express. Options are validated here; mistakes throw a `TypeError` naming the option. */
-export function rateLimit(options: ExpressRateLimitOptions = {}): RateLimitMiddleware {
-  const http = createHttpLimiter<Request>(options, OPTIONS, 'rateLimit');
-  const handler = options.handler;
-  if (handler !== undefined && typeof handler !== 'function') throw new TypeError('handler: must be a function');
-
-  function respond(outcome: Outcome, request: Request, response: Response, next: NextFunction): void {
-    switch (outcome.kind) {
-      case 'skip':
-      case 'fail-open':
-        next();
-        return;
-      case 'allow':
-        request.rateLimit = outcome.decision;
-        http.setHeaders(outcome, response, setHeader);
-        next();
-        return;
-      case 'deny': {
-        request.rateLimit = outcome.decision;
-        http.setHeaders(outcome, response, setHeader);
-        if (handler !== undefined) {
-          const answered: unknown = handler(request, response, next, outcome.decision);
-          // An async handler's rejection goes to Express's error handling, not to the void.
-          if (answered instanceof Promise) answered.catch(next);
-          return;
-        }
-        const { statusCode, body } = outcome.denial;
-        response.status(statusCode);
-        if (typeof body === 'string') response.type('text').send(body);
-        else response.json(body);
+function expressPort(handler: ExpressRateLimitOptions['handler']): HttpPort<Request, Response> {
+  return {
+    setHeader(response, name, value) {
+      response.setHeader(name, value);
+    },
+    attach(request, decision) {
+      request.rateLimit = decision;
+    },
+    deny(request, response, denial, next) {
+      if (handler !== undefined) {
+        // `next` is the middleware's own NextFunction, handed through the shared path.
+        const answered: unknown = handler(request, response, next as NextFunction, denial.decision);
+        // An async handler's rejection goes to Express's error handling, not to the void.
+        if (answered instanceof Promise) answered.catch(next);
         return;
       }
-      case 'fail-closed':
-        response.status(503).json(SERVICE_UNAVAILABLE);
-        return;
-    }
-  }
+      response.status(denial.statusCode);
+      if (typeof denial.body === 'string') response.type('text').send(denial.body);
+      else response.json(denial.body);
+    },
+    unavailable(response) {
+      response.status(503).json(SERVICE_UNAVAILABLE);
+    },
+  };
+}
 
+/** Creates rate-limiting middleware for Express. Options are validated here; mistakes throw an `OptionError` naming the option. */
+export function rateLimit(options: ExpressRateLimitOptions = {}): RateLimitMiddleware {
+  checkOptions(options, OPTIONS, 'rateLimit');
+  const handler = options.handler;
+  if (handler !== undefined && typeof handler !== 'function') throw new OptionError('SWL_INVALID_FUNCTION', 'handler: must be a function');
+  const http = new HttpLimiter<Request, Response>(options, expressPort(handler));
   const middleware = function rateLimitMiddleware(request: Request, response: Response, next: NextFunction): void {
-    let outcome: Outcome | Promise<Outcome>;
-    try {
-      outcome = http.evaluate(request);
-    } catch (error) {
-      next(error);
-      return;
-    }
-    if (outcome instanceof Promise) {
-      outcome.then((settled) => respond(settled, request, response, next)).catch(next);
-    } else {
-      respond(outcome, request, response, next);
-    }
+    http.handle(request, response, next);
   } as RateLimitMiddleware;
   Object.defineProperty(middleware, 'limiter', { value: http.limiter, enumerable: true });
   return middleware;
 }
 
-export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './headers';
-export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption } from './identify';
-export { ANONYMOUS, byApiKey, byIp, byUser } from './identify';
-export type { Decision, Limiter } from './limiter';
-export { MemoryStore } from './stores/memory';
-export { RedisStore, StoreUnavailableError } from './stores/redis';
+export * from './index';

@@ -1,6 +1,7 @@
 /**
- * Fastify plugin (Fastify 5), built with fastify-plugin so it applies to the routes of
- * the context it is registered in and of its children.
+ * Fastify plugin (Fastify 5): framework glue over the shared HTTP path. Built with
+ * fastify-plugin so it applies to the routes of the context it is registered in and of
+ * its children.
  *
  * @example
  * import { rateLimitPlugin, byIp } from 'sliding-window-limiter/fastify';
@@ -18,17 +19,12 @@ import type {
   RouteOptions,
 } from 'fastify';
 import fp from 'fastify-plugin';
-import {
-  COUNTING_OPTIONS,
-  createHttpLimiter,
-  HTTP_OPTIONS,
-  HttpLimiter,
-  type HttpOptions,
-  type Outcome,
-  SERVICE_UNAVAILABLE,
-} from './http';
-import type { Decision, Limiter } from './limiter';
-import { describe, oneOf, rejectUnknownKeys } from './options';
+import { OptionError } from './errors';
+import { HttpLimiter, type HttpPort } from './http/handler';
+import { HTTP_OPTION_KEYS, type HttpOptions, SERVICE_UNAVAILABLE } from './http/options';
+import { DEFAULT_PREFIX } from './options/limiter';
+import { checkOptions, describeValue, type KnownKeys, keysOf, oneOf } from './options/validate';
+import type { Decision, Limiter, LimiterOptions } from './types';
 
 /** The route hook the check runs in. */
 export type RateLimitHook = 'onRequest' | 'preValidation' | 'preHandler';
@@ -72,53 +68,39 @@ declare module 'fastify' {
   }
 }
 
-const ROUTE_OPTIONS: ReadonlySet<string> = new Set([...HTTP_OPTIONS, 'hook']);
-const PLUGIN_OPTIONS: ReadonlySet<string> = new Set([...ROUTE_OPTIONS, 'global']);
+const ROUTE_OPTION_KEYS: KnownKeys<RouteRateLimitOptions> = { ...HTTP_OPTION_KEYS, hook: true };
+const ROUTE_OPTIONS = keysOf<RouteRateLimitOptions>(ROUTE_OPTION_KEYS);
+const PLUGIN_OPTIONS = keysOf<FastifyRateLimitOptions>({ ...ROUTE_OPTION_KEYS, global: true });
 const HOOKS: readonly RateLimitHook[] = ['onRequest', 'preValidation', 'preHandler'];
+export const DEFAULT_HOOK: RateLimitHook = 'onRequest';
 
-function setHeader(reply: FastifyReply, name: string, value: string): void {
-  reply.header(name, value);
-}
+/**
+ * Options that decide what is counted where: a route overriding any of them gets its own
+ * key space. (`timeoutMs`, `denyCacheSize` and `clock` change how a check is run, not
+ * what it counts, so a route may change them and keep sharing the plugin's counts.)
+ */
+const COUNTING_OPTIONS: readonly (keyof LimiterOptions)[] = ['store', 'limit', 'window', 'limits', 'algorithm', 'prefix'];
 
-function rateLimitHook(http: HttpLimiter<FastifyRequest>): onRequestHookHandler {
-  function respond(outcome: Outcome, reply: FastifyReply, done: HookHandlerDoneFunction): void {
-    switch (outcome.kind) {
-      case 'skip':
-      case 'fail-open':
-        done();
-        return;
-      case 'allow':
-        reply.request.rateLimit = outcome.decision;
-        http.setHeaders(outcome, reply, setHeader);
-        done();
-        return;
-      case 'deny': {
-        reply.request.rateLimit = outcome.decision;
-        http.setHeaders(outcome, reply, setHeader);
-        const { statusCode, body } = outcome.denial;
-        reply.code(statusCode);
-        if (typeof body === 'string') reply.type('text/plain; charset=utf-8');
-        reply.send(body);
-        return;
-      }
-      case 'fail-closed':
-        reply.code(503).send(SERVICE_UNAVAILABLE);
-        return;
-    }
-  }
+const fastifyPort: HttpPort<FastifyRequest, FastifyReply> = {
+  setHeader(reply, name, value) {
+    reply.header(name, value);
+  },
+  attach(request, decision) {
+    request.rateLimit = decision;
+  },
+  deny(_request, reply, denial) {
+    reply.code(denial.statusCode);
+    if (typeof denial.body === 'string') reply.type('text/plain; charset=utf-8');
+    reply.send(denial.body);
+  },
+  unavailable(reply) {
+    reply.code(503).send(SERVICE_UNAVAILABLE);
+  },
+};
 
-  return function rateLimitHook(request, reply, done) {
-    let outcome: Outcome | Promise<Outcome>;
-    try {
-      outcome = http.evaluate(request);
-    } catch (error) {
-      return done(error as Error);
-    }
-    if (outcome instanceof Promise) {
-      outcome.then((settled) => respond(settled, reply, done)).catch(done);
-    } else {
-      respond(outcome, reply, done);
-    }
+function rateLimitHook(http: HttpLimiter<FastifyRequest, FastifyReply>): onRequestHookHandler {
+  return function rateLimitHook(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
+    http.handle(request, reply, done);
   };
 }
 
@@ -138,18 +120,20 @@ function routeOptions(
     delete merged.limits;
   }
   Object.assign(merged, route);
-  const ownKeySpace = COUNTING_OPTIONS.some((key) => (route as Record<string, unknown>)[key] !== undefined);
+  const ownKeySpace = COUNTING_OPTIONS.some((key) => route[key] !== undefined);
   if (ownKeySpace && route.prefix === undefined) {
-    merged.prefix = `${base.prefix ?? 'rl'}:${routeKey.replace(/[{}\s]/g, '_')}`;
+    merged.prefix = `${base.prefix ?? DEFAULT_PREFIX}:${routeKey.replace(/[{}\s]/g, '_')}`;
   }
   return merged as RouteRateLimitOptions;
 }
 
 function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): void {
+  checkOptions(options, PLUGIN_OPTIONS, 'rateLimitPlugin');
   const { global = true, ...shared } = options;
-  if (typeof global !== 'boolean') throw new TypeError(`global: must be true or false, got ${describe(global)}`);
-  const base = createHttpLimiter<FastifyRequest>(shared, PLUGIN_OPTIONS, 'rateLimitPlugin');
-  oneOf(shared.hook ?? 'onRequest', HOOKS, 'hook');
+  if (typeof global !== 'boolean')
+    throw new OptionError('SWL_INVALID_CHOICE', `global: must be true or false, got ${describeValue(global)}`);
+  const base = new HttpLimiter(shared, fastifyPort);
+  const pluginHook = oneOf(shared.hook ?? DEFAULT_HOOK, HOOKS, 'hook');
   fastify.decorate('rateLimiter', base.limiter);
   if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null);
 
@@ -157,19 +141,19 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
     const config = route.config?.rateLimit;
     if (config === false || (config === undefined && !global)) return;
     let http = base;
+    let hookName = pluginHook;
     if (config !== undefined) {
+      const where = `config.rateLimit of ${route.method} ${route.url}`;
       if (config === null || typeof config !== 'object') {
-        throw new TypeError(
-          `config.rateLimit of ${route.method} ${route.url}: must be an options object or false, got ${describe(config)}`,
-        );
+        throw new OptionError('SWL_INVALID_OPTIONS', `${where}: must be an options object or false, got ${describeValue(config)}`);
       }
-      rejectUnknownKeys(config, ROUTE_OPTIONS, `config.rateLimit of ${route.method} ${route.url}`);
+      checkOptions(config, ROUTE_OPTIONS, where);
       // HEAD runs the GET handler (Fastify adds a HEAD route for every GET route): it counts
       // with GET, or HEAD requests would get a second quota of a route's own limit.
       const method = Array.isArray(route.method) ? route.method.join(',') : route.method === 'HEAD' ? 'GET' : route.method;
-      http = new HttpLimiter<FastifyRequest>(routeOptions(shared, config, `${method}:${route.url}`, base.limiter));
+      http = new HttpLimiter(routeOptions(shared, config, `${method}:${route.url}`, base.limiter), fastifyPort);
+      hookName = oneOf(config.hook ?? pluginHook, HOOKS, 'hook');
     }
-    const hookName = oneOf(config?.hook ?? shared.hook ?? 'onRequest', HOOKS, 'hook');
     const hook = rateLimitHook(http);
     const existing = route[hookName] as onRequestHookHandler | onRequestHookHandler[] | undefined;
     (route as Record<RateLimitHook, unknown>)[hookName] =
@@ -192,9 +176,4 @@ const plugin: FastifyPluginCallback<FastifyRateLimitOptions> = (fastify, options
 /** The rate-limit plugin for Fastify 5. Register it before the routes it should limit. */
 export const rateLimitPlugin = fp(plugin, { fastify: '5.x', name: 'sliding-window-limiter' });
 
-export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './headers';
-export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption } from './identify';
-export { ANONYMOUS, byApiKey, byIp, byUser } from './identify';
-export type { Decision, Limiter } from './limiter';
-export { MemoryStore } from './stores/memory';
-export { RedisStore, StoreUnavailableError } from './stores/redis';
+export * from './index';

@@ -1,6 +1,7 @@
 import type { Tier } from './algorithms/types';
-import type { Decision } from './limiter';
-import { describe, oneOf } from './options';
+import { OptionError } from './errors';
+import { describeValue, oneOf } from './options/validate';
+import type { Decision } from './types';
 
 /**
  * Built-in header styles:
@@ -82,7 +83,8 @@ export function createHeaderWriter(
   if (chosen.length === 0) return undefined;
   const parts = chosen.map((style) => {
     if (typeof style === 'function') return customWriter(style);
-    if (typeof style !== 'string') throw new TypeError(`headers: expected a style name, a function or false, got ${describe(style)}`);
+    if (typeof style !== 'string')
+      throw new OptionError('SWL_INVALID_CHOICE', `headers: expected a style name, a function or false, got ${describeValue(style)}`);
     return styleWriter(oneOf(style, STYLES, 'headers'), format, tiers);
   });
   if (parts.length === 1) return parts[0];

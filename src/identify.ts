@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
-import { describe, rejectUnknownKeys } from './options';
+import { OptionError } from './errors';
+import { checkOptions, describeValue, keysOf } from './options/validate';
 
 /** The parts of an Express `Request` or Fastify `FastifyRequest` the built-in identifiers read. */
 export interface RequestLike {
@@ -17,6 +18,13 @@ export type Identify<Req = RequestLike> = (request: Req) => string | number | un
 
 /** One identifier function, or a list tried in order: the first non-empty answer wins. */
 export type IdentifyOption<Req = RequestLike> = Identify<Req> | readonly Identify<Req>[];
+
+const BY_IP_OPTIONS = keysOf<ByIpOptions>({ ipv6Subnet: true });
+const BY_API_KEY_OPTIONS = keysOf<ByApiKeyOptions>({ header: true });
+/** The default `ipv6Subnet` of {@link byIp}: the prefix length commonly allocated to one customer. */
+export const DEFAULT_IPV6_SUBNET = 56;
+/** The default header of {@link byApiKey}. */
+export const DEFAULT_API_KEY_HEADER = 'x-api-key';
 
 /** The identifier of requests no identifier function could place. They share one quota. */
 export const ANONYMOUS = 'anonymous';
@@ -39,10 +47,10 @@ export interface ByIpOptions {
  * `ipv6Subnet`. Identifiers look like `ip:203.0.113.7` or `ip:2001:db8:0:1200::/56`.
  */
 export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
-  rejectUnknownKeys(options, new Set(['ipv6Subnet']), 'byIp');
-  const subnet = options.ipv6Subnet ?? 56;
+  checkOptions(options, BY_IP_OPTIONS, 'byIp');
+  const subnet = options.ipv6Subnet ?? DEFAULT_IPV6_SUBNET;
   if (subnet !== false && (typeof subnet !== 'number' || !Number.isInteger(subnet) || subnet < 1 || subnet > 128)) {
-    throw new TypeError(`ipv6Subnet: must be an integer from 1 to 128 or false, got ${describe(subnet)}`);
+    throw new OptionError('SWL_INVALID_NUMBER', `ipv6Subnet: must be an integer from 1 to 128 or false, got ${describeValue(subnet)}`);
   }
   return function identifyByIp(request) {
     const ip = request.ip ?? request.socket?.remoteAddress;
@@ -58,7 +66,8 @@ export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
  * @example byUser((req) => req.user?.id)
  */
 export function byUser<Req = RequestLike>(userId: (request: Req) => string | number | undefined | null): Identify<Req> {
-  if (typeof userId !== 'function') throw new TypeError(`byUser: expected a function returning the user id, got ${describe(userId)}`);
+  if (typeof userId !== 'function')
+    throw new OptionError('SWL_INVALID_FUNCTION', `byUser: expected a function returning the user id, got ${describeValue(userId)}`);
   return function identifyByUser(request) {
     const id = userId(request);
     return id === undefined || id === null || id === '' ? undefined : `user:${id}`;
@@ -77,9 +86,10 @@ export interface ByApiKeyOptions {
  * credentials. Identifiers look like `key:9f86d081884c7d659a2feaa0c55ad015`.
  */
 export function byApiKey(options: ByApiKeyOptions = {}): Identify<RequestLike> {
-  rejectUnknownKeys(options, new Set(['header']), 'byApiKey');
-  const header = options.header ?? 'x-api-key';
-  if (typeof header !== 'string' || header.length === 0) throw new TypeError(`header: must be a header name, got ${describe(header)}`);
+  checkOptions(options, BY_API_KEY_OPTIONS, 'byApiKey');
+  const header = options.header ?? DEFAULT_API_KEY_HEADER;
+  if (typeof header !== 'string' || header.length === 0)
+    throw new OptionError('SWL_INVALID_TYPE', `header: must be a header name, got ${describeValue(header)}`);
   const name = header.toLowerCase();
   return function identifyByApiKey(request) {
     let key = request.headers[name];
@@ -96,7 +106,10 @@ export function byApiKey(options: ByApiKeyOptions = {}): Identify<RequestLike> {
 export function resolveIdentify<Req>(option: IdentifyOption<Req> | undefined, fallback: Identify<Req>): (request: Req) => string {
   const list: readonly Identify<Req>[] = option === undefined ? [fallback] : Array.isArray(option) ? option : [option as Identify<Req>];
   if (list.length === 0 || list.some((fn) => typeof fn !== 'function')) {
-    throw new TypeError('identify: must be a function or a non-empty array of functions (e.g. byIp(), byUser(fn), byApiKey())');
+    throw new OptionError(
+      'SWL_INVALID_FUNCTION',
+      'identify: must be a function or a non-empty array of functions (e.g. byIp(), byUser(fn), byApiKey())',
+    );
   }
   if (list.length === 1) {
     const only = list[0];
@@ -116,7 +129,7 @@ function present(id: unknown): string | undefined {
   if (typeof id === 'string') return id;
   if (typeof id === 'number' && Number.isFinite(id)) return String(id);
   // An object would become '[object Object]' and put every client under one key.
-  throw new TypeError(`identify: must return a string, a finite number or nothing, got ${describe(id)}`);
+  throw new OptionError('SWL_INVALID_IDENTIFIER', `identify: must return a string, a finite number or nothing, got ${describeValue(id)}`);
 }
 
 /** IPv4 as is (also when IPv4-mapped in IPv6); IPv6 masked to `subnet` bits and written as `prefix::/subnet`. */

@@ -5,7 +5,7 @@
  */
 export class LruMap<V> {
   /** The entries, least recently set first (readable for sweeping; write through the methods). */
-  readonly entries = new Map<string, V>();
+  readonly contents = new Map<string, V>();
   /**
    * Resumes where the last eviction stopped. A fresh `keys()` iterator would walk past every
    * slot freed by earlier evictions (V8 compacts a Map only when it rehashes), making each
@@ -17,34 +17,34 @@ export class LruMap<V> {
   constructor(readonly capacity: number) {}
 
   get size(): number {
-    return this.entries.size;
+    return this.contents.size;
   }
 
   get(key: string): V | undefined {
-    return this.entries.get(key);
+    return this.contents.get(key);
   }
 
   /** Stores `value` as the most recently used entry, dropping the least recently used past capacity. */
   set(key: string, value: V): void {
-    this.entries.delete(key);
-    this.entries.set(key, value);
-    if (this.entries.size > this.capacity) {
-      this.evictor ??= this.entries.keys();
+    this.contents.delete(key);
+    this.contents.set(key, value);
+    if (this.contents.size > this.capacity) {
+      this.evictor ??= this.contents.keys();
       let oldest = this.evictor.next();
       if (oldest.done) {
-        this.evictor = this.entries.keys();
+        this.evictor = this.contents.keys();
         oldest = this.evictor.next();
       }
-      if (!oldest.done) this.entries.delete(oldest.value);
+      if (!oldest.done) this.contents.delete(oldest.value);
     }
   }
 
   delete(key: string): void {
-    this.entries.delete(key);
+    this.contents.delete(key);
   }
 
   clear(): void {
-    this.entries.clear();
+    this.contents.clear();
     this.evictor = undefined;
   }
 }

@@ -4,9 +4,9 @@ import { boundaryTrace, burstTrace, EPOCH, poissonTrace, slidingWorstCaseTrace, 
 import { fixedWindow } from '../src/algorithms/fixed-window';
 import { slidingLog } from '../src/algorithms/sliding-log';
 import { slidingWindow } from '../src/algorithms/sliding-window';
-import type { Algorithm, AlgorithmName } from '../src/algorithms/types';
+import type { AlgorithmName, AlgorithmScripts } from '../src/algorithms/types';
 
-const ALGORITHMS = [slidingWindow, fixedWindow, slidingLog] as Algorithm[];
+const ALGORITHMS = [slidingWindow, fixedWindow, slidingLog] as AlgorithmScripts[];
 const TINY = { sources: 2, windows: 20 };
 
 function statOf(result: TraceResult, name: AlgorithmName): AlgorithmStats {
@@ -102,9 +102,9 @@ describe('accuracy simulator', () => {
 
   test('under a constant flood, exact log and fixed window admit the full limit every window', () => {
     const tier = { limit: 10, window: 60_000 };
-    expect(floodAdmissions(slidingLog as Algorithm, tier, EPOCH, 5, 7)).toEqual([10, 10, 10, 10, 10]);
-    expect(floodAdmissions(fixedWindow as Algorithm, tier, EPOCH, 5, 7)).toEqual([10, 10, 10, 10, 10]);
-    for (const admitted of floodAdmissions(slidingWindow as Algorithm, tier, EPOCH, 5, 7)) expect(admitted).toBeLessThanOrEqual(10);
+    expect(floodAdmissions(slidingLog as AlgorithmScripts, tier, EPOCH, 5, 7)).toEqual([10, 10, 10, 10, 10]);
+    expect(floodAdmissions(fixedWindow as AlgorithmScripts, tier, EPOCH, 5, 7)).toEqual([10, 10, 10, 10, 10]);
+    for (const admitted of floodAdmissions(slidingWindow as AlgorithmScripts, tier, EPOCH, 5, 7)) expect(admitted).toBeLessThanOrEqual(10);
   });
 
   test('records the plot series of the representative source', () => {

@@ -9,7 +9,7 @@ import request from 'supertest';
 import type { Tier } from '../src/algorithms/types';
 import { RedisStore, rateLimit } from '../src/express';
 import { createHeaderWriter, type HeadersOption, policyNames, secondsUntil } from '../src/headers';
-import type { Decision, TierDecision } from '../src/limiter';
+import type { Decision, TierDecision } from '../src/types';
 import { manualClock, redisClient, uniquePrefix } from './helpers/redis';
 
 const NOW = 1_700_000_000_000;

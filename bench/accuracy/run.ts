@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { fixedWindow } from '../../src/algorithms/fixed-window';
 import { slidingLog } from '../../src/algorithms/sliding-log';
 import { slidingWindow } from '../../src/algorithms/sliding-window';
-import type { Algorithm } from '../../src/algorithms/types';
+import type { AlgorithmScripts } from '../../src/algorithms/types';
 import { accuracyDocument, type FloodResult } from './document';
 import { loadBand, loadBandTable, markdownTable, tracePlot } from './report';
 import { floodAdmissions, simulateTrace, type TraceResult } from './simulate';
@@ -17,7 +17,11 @@ import { EPOCH, STUDY_TRACES } from './traces';
 const DOCS = join(__dirname, '..', '..', 'docs');
 
 /** The algorithms under test; the library's sliding log is checked against the independent exact log too. */
-const ALGORITHMS: readonly Algorithm[] = [slidingWindow as Algorithm, fixedWindow as Algorithm, slidingLog as Algorithm];
+const ALGORITHMS: readonly AlgorithmScripts[] = [
+  slidingWindow as AlgorithmScripts,
+  fixedWindow as AlgorithmScripts,
+  slidingLog as AlgorithmScripts,
+];
 
 function main(): void {
   const started = performance.now();
@@ -41,7 +45,7 @@ function main(): void {
   const floods: FloodResult[] = [10, 100].map((limit) => ({
     limit,
     perWindow: new Map(
-      ALGORITHMS.map((algorithm) => [algorithm.name, floodAdmissions(algorithm, { limit, window: 60_000 }, EPOCH, 10, 7)]),
+      ALGORITHMS.map((algorithm) => [algorithm.algorithm, floodAdmissions(algorithm, { limit, window: 60_000 }, EPOCH, 10, 7)]),
     ),
   }));
   for (const flood of floods) {

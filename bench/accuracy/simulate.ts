@@ -28,7 +28,7 @@
  * have room, so that each free unit of room absorbs at most one wrongly denied
  * request. The capped figure is a lower bound, the per-request one an upper bound.
  */
-import type { Algorithm, AlgorithmName, RawReply, Tier } from '../../src/algorithms/types';
+import type { AlgorithmName, AlgorithmScripts, RawReply, Tier } from '../../src/algorithms/types';
 import { ExactLog } from './exact-log';
 import type { Source, Trace } from './traces';
 
@@ -86,7 +86,7 @@ class Runner {
   readonly claimed: ExactLog;
 
   constructor(
-    readonly algorithm: Algorithm,
+    readonly algorithm: AlgorithmScripts,
     private readonly tiers: readonly Tier[],
   ) {
     this.shadow = new ExactLog(tiers[0].limit, tiers[0].window);
@@ -96,7 +96,7 @@ class Runner {
   /** Runs one check; with `dryRun` nothing is counted. */
   check(now: number, cost: number, dryRun: boolean): RawReply {
     if (this.state !== undefined && this.expiresAt <= now) this.state = undefined;
-    const result = this.algorithm.apply(this.state, { now, cost, dryRun, tiers: this.tiers });
+    const result = this.algorithm.check.apply(this.state, { now, cost, dryRun, tiers: this.tiers });
     if (result.state !== this.state) {
       this.state = result.state;
       this.expiresAt = result.expiresAt;
@@ -136,7 +136,7 @@ function sampleTimes(trace: Trace): number[] {
 function simulateSource(
   times: Float64Array,
   tier: Tier,
-  algorithms: readonly Algorithm[],
+  algorithms: readonly AlgorithmScripts[],
   stats: AlgorithmStats[],
   plot?: { readonly from: number; readonly to: number; readonly samples: number[]; readonly series: SourceSeries },
 ): number {
@@ -151,7 +151,7 @@ function simulateSource(
     if (plot === undefined) return;
     plot.series.reference.push([now, reference.count(now)]);
     for (const runner of runners) {
-      const series = plot.series.byAlgorithm.get(runner.algorithm.name)!;
+      const series = plot.series.byAlgorithm.get(runner.algorithm.algorithm)!;
       series.estimate.push([now, runner.estimate(now)]);
       series.truth.push([now, runner.shadow.count(now)]);
     }
@@ -202,9 +202,9 @@ function countBetween(times: Float64Array, from: number, to: number): number {
   return count;
 }
 
-function emptyStats(algorithms: readonly Algorithm[]): AlgorithmStats[] {
+function emptyStats(algorithms: readonly AlgorithmScripts[]): AlgorithmStats[] {
   return algorithms.map((algorithm) => ({
-    algorithm: algorithm.name,
+    algorithm: algorithm.algorithm,
     requests: 0,
     allowed: 0,
     falseAllows: 0,
@@ -236,14 +236,14 @@ function addStats(into: AlgorithmStats[], from: readonly AlgorithmStats[]): void
  * @param algorithms - the algorithms to evaluate, each on its own state.
  * @param groupOf - optional: names the group of each source, to report stats per group too.
  */
-export function simulateTrace(trace: Trace, algorithms: readonly Algorithm[], groupOf?: (source: Source) => string): TraceResult {
+export function simulateTrace(trace: Trace, algorithms: readonly AlgorithmScripts[], groupOf?: (source: Source) => string): TraceResult {
   const started = performance.now();
   const stats = emptyStats(algorithms);
   const groups = new Map<string, AlgorithmStats[]>();
   const series: SourceSeries = {
     sourceId: trace.sources[trace.plot.source].id,
     reference: [],
-    byAlgorithm: new Map(algorithms.map((algorithm) => [algorithm.name, { estimate: [], truth: [] }])),
+    byAlgorithm: new Map(algorithms.map((algorithm) => [algorithm.algorithm, { estimate: [], truth: [] }])),
   };
   let requests = 0;
   let referenceAllowed = 0;
@@ -277,7 +277,7 @@ export function simulateTrace(trace: Trace, algorithms: readonly Algorithm[], gr
  * @param windows - how many windows to flood.
  * @param gapMs - milliseconds between requests.
  */
-export function floodAdmissions(algorithm: Algorithm, tier: Tier, start: number, windows: number, gapMs: number): number[] {
+export function floodAdmissions(algorithm: AlgorithmScripts, tier: Tier, start: number, windows: number, gapMs: number): number[] {
   const runner = new Runner(algorithm, [tier]);
   const perWindow = new Array<number>(windows).fill(0);
   for (let now = start; now < start + windows * tier.window; now += gapMs) {

@@ -1,5 +1,5 @@
 import { LUA_PRELUDE } from './prelude';
-import type { Algorithm, CheckArgs, MemoryResult } from './types';
+import type { AlgorithmScripts, CheckArgs, MemoryResult } from './types';
 
 /**
  * Fixed window: one counter per tier for the window `floor(now / window)`. The cheapest
@@ -14,6 +14,8 @@ import type { Algorithm, CheckArgs, MemoryResult } from './types';
 export type FixedWindowState = number[];
 
 const LUA = `${LUA_PRELUDE}
+-- Stored at KEYS[1], a string: per tier 'index:count' in base 36, tiers separated by spaces,
+-- index = floor(now / window); expires when the longest tier's current window ends.
 local saved = readCounters(redis.call('GET', KEYS[1]))
 local counts, ends = {}, {}
 local allowed = 1
@@ -75,4 +77,4 @@ function apply(state: FixedWindowState | undefined, { now, cost, dryRun, tiers }
   return { reply, state: next, expiresAt: now + expiry };
 }
 
-export const fixedWindow: Algorithm<FixedWindowState> = { name: 'fixed-window', lua: LUA, apply };
+export const fixedWindow: AlgorithmScripts<FixedWindowState> = { algorithm: 'fixed-window', check: { lua: LUA, apply } };

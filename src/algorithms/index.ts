@@ -1,13 +1,15 @@
 import { fixedWindow } from './fixed-window';
 import { slidingLog } from './sliding-log';
 import { slidingWindow } from './sliding-window';
-import type { Algorithm, AlgorithmName } from './types';
+import type { AlgorithmName, AlgorithmScripts } from './types';
 
-/** Every algorithm by name. */
-export const algorithms: Record<AlgorithmName, Algorithm> = {
-  'sliding-window': slidingWindow as Algorithm,
-  'fixed-window': fixedWindow as Algorithm,
-  'sliding-log': slidingLog as Algorithm,
+/** Every algorithm's scripts, by name. */
+export const ALGORITHMS: Readonly<Record<AlgorithmName, AlgorithmScripts>> = {
+  'sliding-window': slidingWindow as AlgorithmScripts,
+  'fixed-window': fixedWindow as AlgorithmScripts,
+  'sliding-log': slidingLog as AlgorithmScripts,
 };
 
-export type { Algorithm, AlgorithmName, RawReply, Tier } from './types';
+export const ALGORITHM_NAMES = Object.keys(ALGORITHMS) as AlgorithmName[];
+
+export type { AlgorithmName, AlgorithmScripts, RawReply, Script, Tier } from './types';

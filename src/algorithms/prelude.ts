@@ -1,12 +1,23 @@
+import type { Tier } from './types';
+
 /**
- * Lua shared by every algorithm's script: reads the clock, cost, dry-run flag and
- * tiers from ARGV (layout documented on `Algorithm`).
+ * Lua shared by every check script: decodes the ARGV that {@link checkArgv} encodes.
+ *
+ *   KEYS[1]            the identifier's key
+ *   ARGV[1]            now: epoch ms from an injected clock, or '' to read Redis `TIME`
+ *   ARGV[2]            cost: units this request consumes (0 to the smallest limit)
+ *   ARGV[3]            dry run: '1' evaluates only (nothing counted or trimmed), '0' counts
+ *   ARGV[4], ARGV[5]   limit and window (ms) of tier 1
+ *   ARGV[6], ARGV[7]   ... of tier 2, and so on
  *
  * Without an injected clock the script takes the time from Redis `TIME`, so app
  * servers with skewed clocks still agree; Redis 7 replicates a script's effects, not
  * the script, so reading `TIME` before writing is allowed.
  */
 export const LUA_PRELUDE = `
+-- KEYS[1]: the identifier's key
+-- ARGV[1]: now (epoch ms), or '' to read Redis TIME     ARGV[2]: cost
+-- ARGV[3]: '1' dry run (count nothing), '0' count       ARGV[4], ARGV[5], ...: limit, window (ms) per tier
 local now = tonumber(ARGV[1])
 if not now then
   local time = redis.call('TIME')
@@ -43,6 +54,16 @@ for i = 1, tiers do
   if windows[i] > longest then longest = windows[i] end
 end
 `;
+
+/** Position of the dry-run flag in ARGV (1-based, as in Lua). */
+export const DRY_RUN_ARGV = 3;
+
+/** Encodes a check as the ARGV that {@link LUA_PRELUDE} decodes. */
+export function checkArgv(now: number | undefined, cost: number, dryRun: boolean, tiers: readonly Tier[]): (string | number)[] {
+  const argv: (string | number)[] = [now === undefined ? '' : now, cost, dryRun ? '1' : '0'];
+  for (const tier of tiers) argv.push(tier.limit, tier.window);
+  return argv;
+}
 
 /** The longest window among `tiers`. */
 export function longestWindow(tiers: readonly { window: number }[]): number {

@@ -1,5 +1,5 @@
 import { LUA_PRELUDE, longestWindow } from './prelude';
-import type { Algorithm, CheckArgs, MemoryResult } from './types';
+import type { AlgorithmScripts, CheckArgs, MemoryResult } from './types';
 
 /**
  * Sliding log: exact. Every counted unit is one sorted-set member scored by its time;
@@ -20,6 +20,9 @@ export type SlidingLogState = number[];
 const ZADD_BATCH = 500;
 
 const LUA = `${LUA_PRELUDE}
+-- Stored at KEYS[1], a sorted set: one member 'time:sequence' scored by its time per counted
+-- unit, and the member '#' scored minus the last sequence used; expires one longest window
+-- after the last counting check.
 local key = KEYS[1]
 if not dry then redis.call('ZREMRANGEBYSCORE', key, 0, now - longest) end
 local function lower(window)
@@ -106,4 +109,4 @@ function apply(state: SlidingLogState | undefined, { now, cost, dryRun, tiers }:
   return { reply, state: changed ? next : state, expiresAt: now + longest };
 }
 
-export const slidingLog: Algorithm<SlidingLogState> = { name: 'sliding-log', lua: LUA, apply };
+export const slidingLog: AlgorithmScripts<SlidingLogState> = { algorithm: 'sliding-log', check: { lua: LUA, apply } };

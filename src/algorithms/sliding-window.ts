@@ -1,5 +1,5 @@
 import { LUA_PRELUDE, longestWindow } from './prelude';
-import type { Algorithm, CheckArgs, MemoryResult } from './types';
+import type { AlgorithmScripts, CheckArgs, MemoryResult } from './types';
 
 /**
  * Sliding window counter.
@@ -59,6 +59,8 @@ export function slidingWait(current: number, previous: number, elapsed: number, 
 }
 
 const LUA = `${LUA_PRELUDE}${LUA_WAIT}
+-- Stored at KEYS[1], a string: per tier 'index:current:previous' in base 36, tiers separated by
+-- spaces, index = floor(now / window); expires after twice the longest window.
 local saved = readCounters(redis.call('GET', KEYS[1]))
 local current, previous, elapsed = {}, {}, {}
 local allowed = 1
@@ -142,4 +144,4 @@ function apply(state: SlidingWindowState | undefined, { now, cost, dryRun, tiers
   return { reply, state: next, expiresAt };
 }
 
-export const slidingWindow: Algorithm<SlidingWindowState> = { name: 'sliding-window', lua: LUA, apply };
+export const slidingWindow: AlgorithmScripts<SlidingWindowState> = { algorithm: 'sliding-window', check: { lua: LUA, apply } };

@@ -4,6 +4,7 @@ export interface Tier {
   readonly window: number;
 }
 
+/** The name of a rate-limiting algorithm, as given in the `algorithm` option. */
 export type AlgorithmName = 'sliding-window' | 'fixed-window' | 'sliding-log';
 
 /**
@@ -19,7 +20,7 @@ export type AlgorithmName = 'sliding-window' | 'fixed-window' | 'sliding-log';
  */
 export type RawReply = readonly number[];
 
-/** What one check asks of an algorithm. */
+/** What one check asks of a script. */
 export interface CheckArgs {
   readonly now: number;
   readonly cost: number;
@@ -28,7 +29,7 @@ export interface CheckArgs {
   readonly tiers: readonly Tier[];
 }
 
-/** The in-memory twin's result: the reply, and the state to keep (undefined: delete it). */
+/** The TypeScript twin's result: the reply, and the state to keep (undefined: delete it). */
 export interface MemoryResult<State> {
   readonly reply: RawReply;
   readonly state: State | undefined;
@@ -37,15 +38,19 @@ export interface MemoryResult<State> {
 }
 
 /**
- * A rate-limiting algorithm: both halves side by side, so they cannot drift apart.
- *
- * The Lua script takes `KEYS[1]` = the identifier's key and
- * `ARGV = [now ms or '' for Redis TIME, cost, dryRun '1' | '0', limit1, window1, limit2, window2, ...]`
- * and returns a {@link RawReply}.
+ * One atomic step on one identifier's key, written twice side by side so the halves cannot
+ * drift apart: `lua` for Redis, `apply` (its pure TypeScript twin) for the MemoryStore. The
+ * differential test holds them to identical replies and identical stored state.
  */
-export interface Algorithm<State = unknown> {
-  readonly name: AlgorithmName;
+export interface Script<Args, State = unknown> {
+  /** Takes `KEYS[1]` (the identifier's key) and the ARGV documented in `prelude.ts`; returns a {@link RawReply}. */
   readonly lua: string;
-  /** Pure TypeScript twin of `lua`, run by the MemoryStore. Must not mutate `state`. */
-  apply(state: State | undefined, args: CheckArgs): MemoryResult<State>;
+  /** Must not mutate `state`. */
+  apply(state: State | undefined, args: Args): MemoryResult<State>;
+}
+
+/** The scripts of one algorithm. */
+export interface AlgorithmScripts<State = unknown> {
+  readonly algorithm: AlgorithmName;
+  readonly check: Script<CheckArgs, State>;
 }

@@ -1,6 +1,6 @@
-import type { Algorithm, RawReply } from '../algorithms/types';
+import type { AlgorithmScripts, RawReply } from '../algorithms/types';
 import { LruMap } from '../lru';
-import { nonNegativeInteger, positiveInteger, rejectUnknownKeys } from '../options';
+import { checkOptions, keysOf, nonNegativeInteger, positiveInteger } from '../options/validate';
 import type { Store, StoreCheck } from './types';
 
 /** Options of {@link MemoryStore}. */
@@ -23,7 +23,9 @@ interface Entry {
   expiresAt: number;
 }
 
-const OPTIONS = new Set(['maxKeys', 'sweepIntervalMs']);
+const OPTIONS = keysOf<MemoryStoreOptions>({ maxKeys: true, sweepIntervalMs: true });
+export const DEFAULT_MAX_KEYS = 100_000;
+export const DEFAULT_SWEEP_INTERVAL_MS = 1_000;
 /** Entries examined per sweep tick, so a sweep never stalls the event loop. */
 const SWEEP_BATCH = 10_000;
 /**
@@ -57,12 +59,12 @@ export class MemoryStore implements Store {
   private readonly timer: NodeJS.Timeout | undefined;
 
   constructor(options: MemoryStoreOptions = {}) {
-    if (options === null || typeof options !== 'object') throw new TypeError('MemoryStore: expected an options object');
-    rejectUnknownKeys(options, OPTIONS, 'MemoryStore');
-    this.maxKeys = options.maxKeys === undefined ? 100_000 : positiveInteger(options.maxKeys, 'maxKeys');
+    checkOptions(options, OPTIONS, 'MemoryStore');
+    this.maxKeys = options.maxKeys === undefined ? DEFAULT_MAX_KEYS : positiveInteger(options.maxKeys, 'maxKeys');
     const shards = Math.ceil(this.maxKeys / SHARD_SIZE);
     this.shards = Array.from({ length: shards }, () => new LruMap<Entry>(Math.ceil(this.maxKeys / shards)));
-    const sweepIntervalMs = options.sweepIntervalMs === undefined ? 1_000 : nonNegativeInteger(options.sweepIntervalMs, 'sweepIntervalMs');
+    const sweepIntervalMs =
+      options.sweepIntervalMs === undefined ? DEFAULT_SWEEP_INTERVAL_MS : nonNegativeInteger(options.sweepIntervalMs, 'sweepIntervalMs');
     if (sweepIntervalMs > 0) {
       this.timer = setInterval(() => this.sweep(this.ownClock ? Date.now() : this.lastNow), sweepIntervalMs);
       this.timer.unref();
@@ -83,14 +85,14 @@ export class MemoryStore implements Store {
     return this.shards[(hash >>> 0) % this.shards.length];
   }
 
-  check(algorithm: Algorithm, key: string, { now, cost, dryRun, tiers }: StoreCheck): Promise<RawReply> {
+  check(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, tiers }: StoreCheck): Promise<RawReply> {
     if (now === undefined) this.ownClock = true;
     const at = now === undefined ? Date.now() : now;
     if (at > this.lastNow) this.lastNow = at;
     const shard = this.shardOf(key);
     let entry = shard.get(key);
     if (entry !== undefined && entry.expiresAt <= at) entry = undefined;
-    const result = algorithm.apply(entry?.state, { now: at, cost, dryRun, tiers });
+    const result = scripts.check.apply(entry?.state, { now: at, cost, dryRun, tiers });
     if (entry !== undefined && result.state === entry.state) {
       shard.set(key, entry); // unchanged, but now the most recently used
     } else if (result.state !== undefined) {
@@ -110,7 +112,7 @@ export class MemoryStore implements Store {
   sweep(now: number): void {
     for (let seen = 0; seen < SWEEP_BATCH; seen++) {
       const shard = this.shards[this.sweepShard];
-      this.sweeper ??= shard.entries.entries();
+      this.sweeper ??= shard.contents.entries();
       const next = this.sweeper.next();
       if (next.done) {
         this.sweeper = undefined;
@@ -120,7 +122,7 @@ export class MemoryStore implements Store {
         continue;
       }
       const [key, entry] = next.value;
-      if (entry.expiresAt <= now) shard.entries.delete(key);
+      if (entry.expiresAt <= now) shard.delete(key);
     }
   }
 

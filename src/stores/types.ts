@@ -1,4 +1,4 @@
-import type { Algorithm, RawReply, Tier } from '../algorithms/types';
+import type { AlgorithmScripts, RawReply, Tier } from '../algorithms/types';
 
 /** What a store is asked to run: the algorithm's inputs, with `now` left out to use the store's own clock. */
 export interface StoreCheck {
@@ -10,11 +10,11 @@ export interface StoreCheck {
 }
 
 /**
- * Persistence for rate-limit state. A store runs an algorithm's check and update for one
- * key atomically and returns the algorithm's {@link RawReply}; it knows nothing of HTTP.
+ * Persistence for rate-limit state. A store runs an algorithm's check script for one key
+ * atomically and returns its {@link RawReply}; it knows nothing of HTTP.
  */
 export interface Store {
-  check(algorithm: Algorithm, key: string, check: StoreCheck): Promise<RawReply>;
+  check(scripts: AlgorithmScripts, key: string, check: StoreCheck): Promise<RawReply>;
   /** Forgets everything counted for `key`. */
   reset(key: string): Promise<void>;
   /**

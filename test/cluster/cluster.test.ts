@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { createLimiter, RedisStore } from '../../src';
-import { algorithms } from '../../src/algorithms';
+import { ALGORITHMS as SCRIPTS } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { clusterClient, manualClock, uniquePrefix } from '../helpers/redis';
 
@@ -159,7 +159,7 @@ describe('Redis Cluster with the Redis clock', () => {
     expect(mastersWithKeys).toBeGreaterThanOrEqual(2);
     await Promise.all(cluster.nodes('master').map((node) => (node as Redis).script('FLUSH')));
     for (const node of cluster.nodes('master')) {
-      expect(await (node as Redis).script('EXISTS', ...ALGORITHMS.map((name) => sha1(algorithms[name].lua)))).toEqual([0, 0, 0]);
+      expect(await (node as Redis).script('EXISTS', ...ALGORITHMS.map((name) => sha1(SCRIPTS[name].check.lua)))).toEqual([0, 0, 0]);
     }
     for (const limiter of limiters) {
       for (const id of ids) expect(await limiter.check(id)).toMatchObject({ allowed: true, estimated: 2 });

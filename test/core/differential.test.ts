@@ -13,8 +13,8 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Redis } from 'ioredis';
 import { createLimiter, type Decision, MemoryStore, RedisStore } from '../../src';
-import { algorithms } from '../../src/algorithms';
-import { readCounters } from '../../src/algorithms/prelude';
+import { ALGORITHMS as SCRIPTS } from '../../src/algorithms';
+import { checkArgv, readCounters } from '../../src/algorithms/prelude';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
 import { seeded } from '../helpers/random';
 import { redisClient, uniquePrefix } from '../helpers/redis';
@@ -182,7 +182,7 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<number
 
 describe.each(ALGORITHMS)('%s: raw Lua script against the TypeScript apply', (algorithm) => {
   test('identical replies and identical stored state for a seeded random sequence', async () => {
-    const implementation = algorithms[algorithm];
+    const { check: script } = SCRIPTS[algorithm];
     const seed = 0xa11 + ALGORITHMS.indexOf(algorithm);
     const random = seeded(seed);
     let compared = 0;
@@ -196,17 +196,16 @@ describe.each(ALGORITHMS)('%s: raw Lua script against the TypeScript apply', (al
         now = nextTime(now, tiers, random);
         const cost = randomCost(random, tiers);
         const dryRun = random() < 0.2;
-        const args: (string | number)[] = [now, cost, dryRun ? '1' : '0'];
-        for (const tier of tiers) args.push(tier.limit, tier.window);
+        const args = checkArgv(now, cost, dryRun, tiers);
         // PERSIST in the same MULTI, so Redis' real clock cannot expire what the fake clock still needs.
         const results = (await client
           .multi()
-          .eval(implementation.lua, 1, key, ...args)
+          .eval(script.lua, 1, key, ...args)
           .persist(key)
           .exec())!;
         if (results[0][0]) throw results[0][0];
         const fromLua = results[0][1] as number[];
-        const result = implementation.apply(state, { now, cost, dryRun, tiers });
+        const result = script.apply(state, { now, cost, dryRun, tiers });
         state = result.state;
         const context = `seed ${seed}, tiers ${JSON.stringify(tiers)}, step ${step}, now ${now}, cost ${cost}, dry ${dryRun}`;
         if (!isDeepStrictEqual(fromLua, [...result.reply])) {

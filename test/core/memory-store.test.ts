@@ -3,7 +3,7 @@
  * out), and expired entries are swept incrementally.
  */
 import { createLimiter, MemoryStore } from '../../src';
-import { algorithms } from '../../src/algorithms';
+import { ALGORITHMS } from '../../src/algorithms';
 import { manualClock, uniquePrefix } from '../helpers/redis';
 
 const START = 1_700_000_000_000;
@@ -17,13 +17,13 @@ describe('MemoryStore boundedness', () => {
     const check = { now: START, cost: 1, dryRun: false, tiers: [{ limit: 10, window: 60_000 }] };
     let maxSize = 0;
     for (let i = 0; i < 1_000_000; i++) {
-      void store.check(algorithms['sliding-window'], `id${i}`, check);
+      void store.check(ALGORITHMS['sliding-window'], `id${i}`, check);
       if (store.size > maxSize) maxSize = store.size;
     }
     expect(maxSize).toBe(100_000);
     expect(store.size).toBe(100_000);
     // The most recent identifiers are the ones kept, with their counts; the oldest are gone.
-    const peek = (key: string) => store.check(algorithms['sliding-window'], key, { ...check, cost: 0, dryRun: true });
+    const peek = (key: string) => store.check(ALGORITHMS['sliding-window'], key, { ...check, cost: 0, dryRun: true });
     expect((await peek('id999999'))[2]).toBe(60_000); // estimate numerator: 1 unit x window
     expect((await peek('id900000'))[2]).toBe(60_000);
     expect((await peek('id899999'))[2]).toBe(0);
@@ -74,7 +74,7 @@ describe('MemoryStore boundedness', () => {
   test('expired entries are swept: in batches, resuming where the last sweep stopped', () => {
     const store = new MemoryStore({ maxKeys: 100_000, sweepIntervalMs: 0 });
     const tiers = [{ limit: 10, window: 1_000 }];
-    const check = (key: string, now: number) => store.check(algorithms['sliding-window'], key, { now, cost: 1, dryRun: false, tiers });
+    const check = (key: string, now: number) => store.check(ALGORITHMS['sliding-window'], key, { now, cost: 1, dryRun: false, tiers });
     // 25,000 keys expiring at START + 2 s, then 5,000 expiring at START + 12 s.
     for (let i = 0; i < 25_000; i++) void check(`old${i}`, START);
     for (let i = 0; i < 5_000; i++) void check(`young${i}`, START + 10_000);
@@ -101,8 +101,8 @@ describe('MemoryStore boundedness', () => {
     try {
       const store = new MemoryStore({ sweepIntervalMs: 1_000 });
       const tiers = [{ limit: 10, window: 1_000 }];
-      void store.check(algorithms['sliding-window'], 'early', { now: START, cost: 1, dryRun: false, tiers });
-      void store.check(algorithms['sliding-window'], 'late', { now: START + 5_000, cost: 1, dryRun: false, tiers });
+      void store.check(ALGORITHMS['sliding-window'], 'early', { now: START, cost: 1, dryRun: false, tiers });
+      void store.check(ALGORITHMS['sliding-window'], 'late', { now: START + 5_000, cost: 1, dryRun: false, tiers });
       expect(store.size).toBe(2);
       jest.advanceTimersByTime(999);
       expect(store.size).toBe(2);

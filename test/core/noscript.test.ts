@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { createLimiter, RedisStore } from '../../src';
-import { algorithms } from '../../src/algorithms';
+import { ALGORITHMS as SCRIPTS } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 import { type RedisProcess, startRedis } from '../helpers/redis-server';
@@ -36,7 +36,7 @@ describe.each(ALGORITHMS)('%s after SCRIPT FLUSH', (algorithm) => {
       denyCacheSize: 0,
     });
     expect((await limiter.check('a', { cost: 2 })).allowed).toBe(true);
-    const sha = sha1(algorithms[algorithm].lua);
+    const sha = sha1(SCRIPTS[algorithm].check.lua);
     expect(await admin.script('EXISTS', sha)).toEqual([1]);
     await admin.script('FLUSH');
     expect(await admin.script('EXISTS', sha)).toEqual([0]);

@@ -5,7 +5,7 @@
  */
 import type { Redis } from 'ioredis';
 import { createLimiter, type LimiterOptions, MemoryStore, RedisStore } from '../../src';
-import { parseDuration } from '../../src/options';
+import { parseDuration } from '../../src/options/validate';
 import { redisClient } from '../helpers/redis';
 
 let client: Redis;

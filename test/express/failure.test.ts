@@ -6,8 +6,8 @@
 import express5, { type Request } from 'express';
 import { Redis, type RedisOptions } from 'ioredis';
 import request from 'supertest';
+import { RateLimitTimeoutError } from '../../src/errors';
 import { RedisStore, rateLimit } from '../../src/express';
-import { RateLimitTimeoutError } from '../../src/limiter';
 import { uniquePrefix } from '../helpers/redis';
 import { freePort } from '../helpers/redis-server';
 

@@ -1,0 +1,57 @@
+/**
+ * Every error and warning code this package uses, in one place. The README lists them;
+ * a test keeps that list and this one equal. Codes are stable: match on `error.code`,
+ * not on messages.
+ */
+export const CODES = {
+  SWL_INVALID_OPTIONS: 'An options argument is not an object.',
+  SWL_UNKNOWN_OPTION: 'An options object has a key this package does not know: a misspelt option is never ignored.',
+  SWL_CONFLICTING_OPTIONS: 'Two options that exclude each other were both given, such as `limits` with `limit` or `window`.',
+  SWL_INVALID_LIMIT: 'A limit is not a positive integer, `limits` is not a non-empty array of tiers, or limit x window is too large.',
+  SWL_INVALID_DURATION: 'A duration (such as `window`) is neither a positive whole number of milliseconds nor a string like `1m`.',
+  SWL_INVALID_COST: 'A cost is not an integer from 0 to the smallest limit.',
+  SWL_INVALID_NUMBER: 'A numeric option (such as `timeoutMs`, `maxKeys`, `statusCode`, `nearLimitBand`) is out of range.',
+  SWL_INVALID_CHOICE: 'An option that takes one of a few names (such as `algorithm`, `failMode`, `hook`, `headers`) got another value.',
+  SWL_INVALID_FUNCTION: 'An option that takes a function (such as `skip`, `onError`, `clock`) got something else.',
+  SWL_INVALID_PREFIX: 'A key prefix is empty or contains braces or white space.',
+  SWL_INVALID_STORE: 'The `store` option is not a store, or the `client` of a `RedisStore` is not a supported Redis client.',
+  SWL_INVALID_IDENTIFIER:
+    'An identifier is not a string, or an `identify` function returned something other than a string, a number or nothing.',
+  SWL_INVALID_TYPE:
+    'An option has a type no guard above covers, such as a `message` that is neither a string, an object nor a function, or an empty `header` name.',
+  SWL_TIMEOUT: 'The store did not answer within `timeoutMs` (a `RateLimitTimeoutError`).',
+  SWL_STORE_UNAVAILABLE: 'The Redis connection is down, or was lost before a check was answered (a `StoreUnavailableError`).',
+  SWL_SHARED_PREFIX: 'Warning: two limiters with different limits share one store and one prefix, so they count into the same keys.',
+  SWL_IOREDIS_QUEUE_UNSUPPORTED:
+    "Warning: this ioredis version's command queue does not have the shape the store knows, so checks unanswered when a connection drops may still be counted after it reconnects.",
+} as const;
+
+export type Code = keyof typeof CODES;
+
+/** An invalid option or argument. A `TypeError`, so existing `instanceof TypeError` checks keep working. */
+export class OptionError extends TypeError {
+  override readonly name = 'OptionError';
+  constructor(
+    readonly code: Code,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The store did not answer within `timeoutMs`. */
+export class RateLimitTimeoutError extends Error {
+  override readonly name = 'RateLimitTimeoutError';
+  readonly code = 'SWL_TIMEOUT';
+}
+
+/** Redis cannot be reached right now; the adapters handle it through `failMode`. */
+export class StoreUnavailableError extends Error {
+  override readonly name = 'StoreUnavailableError';
+  readonly code = 'SWL_STORE_UNAVAILABLE';
+}
+
+/** Emits a process warning carrying `code`. */
+export function warn(code: Code, message: string): void {
+  process.emitWarning(message, { code });
+}

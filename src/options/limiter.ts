@@ -1,0 +1,138 @@
+/** Validation and resolution of {@link LimiterOptions}: each default once, each option checked once. */
+import { ALGORITHM_NAMES } from '../algorithms';
+import type { AlgorithmName, Tier } from '../algorithms/types';
+import { OptionError } from '../errors';
+import { MemoryStore } from '../stores/memory';
+import type { Store } from '../stores/types';
+import type { LimiterOptions, TierOptions } from '../types';
+import {
+  checkOptions,
+  describeValue,
+  type KnownKeys,
+  keysOf,
+  nonNegativeInteger,
+  oneOf,
+  optionalFunction,
+  parseDuration,
+  positiveInteger,
+} from './validate';
+
+export const DEFAULT_LIMIT = 100;
+export const DEFAULT_WINDOW = '1m';
+export const DEFAULT_ALGORITHM: AlgorithmName = 'sliding-window';
+export const DEFAULT_PREFIX = 'rl';
+export const DEFAULT_TIMEOUT_MS = 500;
+export const DEFAULT_DENY_CACHE_SIZE = 10_000;
+export const DEFAULT_COST = 1;
+
+/** Every key of {@link LimiterOptions}; the adapters' option lists extend it. */
+export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
+  store: true,
+  limit: true,
+  window: true,
+  limits: true,
+  algorithm: true,
+  prefix: true,
+  clock: true,
+  timeoutMs: true,
+  denyCacheSize: true,
+};
+export const LIMITER_OPTIONS = keysOf<LimiterOptions>(LIMITER_OPTION_KEYS);
+const TIER_OPTIONS = keysOf<TierOptions>({ limit: true, window: true });
+
+/** {@link LimiterOptions} validated, with every default applied. */
+export interface ResolvedLimiterOptions {
+  readonly store: Store;
+  readonly tiers: readonly Tier[];
+  readonly algorithm: AlgorithmName;
+  readonly prefix: string;
+  readonly clock: (() => number) | undefined;
+  readonly timeoutMs: number;
+  readonly denyCacheSize: number;
+}
+
+/** Validates `options` (whose unknown keys the caller has already rejected) and applies the defaults. */
+export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterOptions {
+  const tiers = Object.freeze(resolveTiers(options));
+  const store = options.store ?? new MemoryStore();
+  if (typeof store.check !== 'function' || typeof store.reset !== 'function') {
+    throw new OptionError('SWL_INVALID_STORE', 'store: must be a RedisStore, a MemoryStore or another Store implementation');
+  }
+  return {
+    store,
+    tiers,
+    algorithm: oneOf(options.algorithm === undefined ? DEFAULT_ALGORITHM : options.algorithm, ALGORITHM_NAMES, 'algorithm'),
+    prefix: resolvePrefix(options.prefix === undefined ? DEFAULT_PREFIX : options.prefix),
+    clock: optionalFunction(options.clock, 'clock'),
+    timeoutMs: options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : positiveInteger(options.timeoutMs, 'timeoutMs'),
+    denyCacheSize:
+      options.denyCacheSize === undefined ? DEFAULT_DENY_CACHE_SIZE : nonNegativeInteger(options.denyCacheSize, 'denyCacheSize'),
+  };
+}
+
+/** Validates and resolves the tiers: `limits`, or `limit` with `window`. */
+export function resolveTiers(options: Pick<LimiterOptions, 'limit' | 'window' | 'limits'>): Tier[] {
+  if (options.limits !== undefined) {
+    if (options.limit !== undefined || options.window !== undefined) {
+      throw new OptionError('SWL_CONFLICTING_OPTIONS', 'limits: give either limits or limit/window, not both');
+    }
+    if (!Array.isArray(options.limits) || options.limits.length === 0) {
+      throw new OptionError(
+        'SWL_INVALID_LIMIT',
+        `limits: must be a non-empty array of { limit, window }, got ${describeValue(options.limits)}`,
+      );
+    }
+    return options.limits.map((tier: unknown, i) => {
+      if (tier === null || typeof tier !== 'object')
+        throw new OptionError('SWL_INVALID_LIMIT', `limits[${i}]: must be an object { limit, window }`);
+      checkOptions(tier, TIER_OPTIONS, `limits[${i}]`);
+      const { limit, window } = tier as TierOptions;
+      return makeTier(limit, window === undefined ? DEFAULT_WINDOW : window, `limits[${i}].`);
+    });
+  }
+  return [
+    makeTier(
+      options.limit === undefined ? DEFAULT_LIMIT : options.limit,
+      options.window === undefined ? DEFAULT_WINDOW : options.window,
+      '',
+    ),
+  ];
+}
+
+function makeTier(limitOption: unknown, windowOption: unknown, path: string): Tier {
+  const limit = positiveInteger(limitOption, `${path}limit`, 'SWL_INVALID_LIMIT');
+  const window = parseDuration(windowOption, `${path}window`);
+  // Scripts compare limit * window exactly in double precision.
+  if (limit * window > Number.MAX_SAFE_INTEGER / 4) {
+    throw new OptionError('SWL_INVALID_LIMIT', `${path}limit: limit x window (ms) must stay below 2^51, got ${limit} x ${window}`);
+  }
+  return { limit, window };
+}
+
+function resolvePrefix(prefix: unknown): string {
+  if (typeof prefix !== 'string' || prefix.length === 0 || /[{}\s]/.test(prefix)) {
+    throw new OptionError(
+      'SWL_INVALID_PREFIX',
+      `prefix: must be a non-empty string without braces or white space, got ${describeValue(prefix)}`,
+    );
+  }
+  return prefix;
+}
+
+/** The smallest limit among `tiers`: no single request may cost more. */
+export function smallestLimit(tiers: readonly Tier[]): number {
+  let smallest = Infinity;
+  for (const tier of tiers) if (tier.limit < smallest) smallest = tier.limit;
+  return smallest;
+}
+
+/** Returns `cost` if it is an integer from 0 to `smallest`, else throws naming `cost`. */
+export function validateCost(cost: unknown, smallest: number): number {
+  if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 0 || cost > smallest) {
+    throw new OptionError(
+      'SWL_INVALID_COST',
+      `cost: must be an integer from 0 to ${smallest} (the smallest limit), got ${describeValue(cost)}`,
+    );
+  }
+  return cost;
+}
