@@ -6,7 +6,7 @@ import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { RedisStore, rateLimit } from '../src/express';
+import { CODES, OptionError, RedisStore, rateLimit } from '../src/express';
 import { rateLimitPlugin } from '../src/fastify';
 import { redisClient, uniquePrefix } from './helpers/redis';
 
@@ -61,7 +61,8 @@ const BAD: [string, Record<string, unknown>, string][] = [
 const GOOD = { limit: 100, window: '1m' };
 
 function expectNamed(thrown: unknown, option: string): void {
-  expect(thrown).toBeInstanceOf(TypeError);
+  expect(thrown).toBeInstanceOf(OptionError);
+  expect(Object.keys(CODES)).toContain((thrown as OptionError).code);
   expect((thrown as Error).message.startsWith(`${option}: `)).toBe(true);
 }
 

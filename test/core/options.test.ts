@@ -4,7 +4,7 @@
  * for a bad cost.
  */
 import type { Redis } from 'ioredis';
-import { createLimiter, type LimiterOptions, MemoryStore, RedisStore } from '../../src';
+import { CODES, createLimiter, type LimiterOptions, MemoryStore, OptionError, RedisStore } from '../../src';
 import { parseDuration } from '../../src/options/validate';
 import { redisClient } from '../helpers/redis';
 
@@ -22,8 +22,10 @@ function expectOptionError(fn: () => unknown, option: string): void {
   } catch (error) {
     thrown = error;
   }
+  expect(thrown).toBeInstanceOf(OptionError);
   expect(thrown).toBeInstanceOf(TypeError);
   expect((thrown as TypeError).message.startsWith(`${option}:`)).toBe(true);
+  expect(Object.keys(CODES)).toContain((thrown as OptionError).code);
 }
 
 describe('createLimiter options', () => {

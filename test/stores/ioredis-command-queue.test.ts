@@ -1,0 +1,60 @@
+/**
+ * The one piece of ioredis internals the store relies on (see src/stores/ioredis-command-queue.ts).
+ * These tests fail loudly when an ioredis upgrade changes it: re-verify the abandonment of
+ * unanswered checks (the Redis-killed fault tests) before adding a major version here.
+ */
+import { readFileSync } from 'node:fs';
+import type { Redis } from 'ioredis';
+import { abandonUnansweredChecks, commandQueueOf } from '../../src/stores/ioredis-command-queue';
+import { redisClient } from '../helpers/redis';
+
+const VERIFIED_MAJOR_VERSIONS = [6];
+
+let client: Redis;
+beforeAll(() => {
+  client = redisClient();
+});
+afterAll(() => client.quit());
+
+test('the installed ioredis is a major version whose command queue was verified', () => {
+  const { version } = JSON.parse(readFileSync(require.resolve('ioredis/package.json'), 'utf8')) as { version: string };
+  expect(VERIFIED_MAJOR_VERSIONS).toContain(Number(version.split('.')[0]));
+});
+
+test('commandQueue holds sent, unanswered commands as { command: { name, args, reject } }', async () => {
+  await client.ping();
+  const queue = commandQueueOf(client);
+  expect(queue).toBeDefined();
+  // BLPOP on an empty list waits at Redis: the command stays in the queue, unanswered.
+  const pending = client.blpop(`queue-shape-${process.pid}`, 1);
+  const item = queue!.peekAt(queue!.length - 1);
+  expect(item?.command?.name).toBe('blpop');
+  expect(Array.isArray(item?.command?.args)).toBe(true);
+  expect(typeof item?.command?.reject).toBe('function');
+  await pending;
+});
+
+test('abandoning rejects only our scripts and turns them into dry runs', async () => {
+  const lua = "return redis.call('BLPOP', KEYS[1], ARGV[3])";
+  const ours = client.eval(lua, 1, `queue-ours-${process.pid}`, '', 1, '0');
+  const theirs = client.blpop(`queue-theirs-${process.pid}`, 1);
+  const queue = commandQueueOf(client)!;
+  const queued = queue.peekAt(queue.length - 2)?.command;
+  abandonUnansweredChecks(client, new Set([lua]), () => new Error('abandoned'));
+  await expect(ours).rejects.toThrow('abandoned');
+  expect(queued?.args[5]).toBe('1');
+  await expect(theirs).resolves.toBeNull();
+});
+
+test('an unknown queue shape is left alone, with one SWL_IOREDIS_QUEUE_UNSUPPORTED warning', () => {
+  const warn = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+  try {
+    expect(commandQueueOf({ commandQueue: [] })).toBeUndefined();
+    expect(commandQueueOf({ commandQueue: {} })).toBeUndefined();
+    expect(commandQueueOf({})).toBeUndefined();
+    expect(warn).toHaveBeenCalledTimes(1);
+    expect(warn.mock.calls[0][1]).toMatchObject({ code: 'SWL_IOREDIS_QUEUE_UNSUPPORTED' });
+  } finally {
+    warn.mockRestore();
+  }
+});
