@@ -33,7 +33,7 @@ export function compileForBench(
   const files = [
     ...sources(srcDir).map((file) => ({ file, out: join('src', relative(srcDir, file)) })),
     ...benchFiles.map((file) => ({ file: join(ROOT, 'bench', file), out: join('bench', file) })),
-    // Other files of the repository (paths from its root), e.g. the redis-server test helper.
+    // Other files of the repository (paths from its root), e.g. the redis-server harness in support/.
     ...otherFiles.map((file) => ({ file: join(ROOT, file), out: file })),
   ];
   for (const { file, out: target } of files) {

@@ -16,7 +16,7 @@ import { join, resolve } from 'node:path';
 import Redis from 'ioredis';
 import { ALGORITHMS, type AlgorithmName } from '../src/algorithms';
 import { createLimiter } from '../src/limiter';
-import { startRedis } from '../test/helpers/redis-server';
+import { startRedis } from '../support/redis-server';
 
 const ROOT = resolve(__dirname, '..');
 const IDS = Number(process.env.BENCH_IDS ?? 1_000_000);

@@ -16,7 +16,7 @@ import { ALGORITHMS } from '../src/algorithms';
 import { HttpLimiter, type HttpPort } from '../src/http/handler';
 import { createLimiter } from '../src/limiter';
 import { RedisStore } from '../src/stores/redis';
-import { startRedis } from '../test/helpers/redis-server';
+import { startRedis } from '../support/redis-server';
 
 const OPERATIONS = Number(process.env.BENCH_OPERATIONS ?? 50_000);
 const IN_FLIGHT = 64;
@@ -113,7 +113,7 @@ function relaunchCompiled(): boolean {
   if (!(require('node:events') as { usingDomains?: boolean }).usingDomains) return false;
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const { compileForBench } = require('./compile') as typeof import('./compile');
-  const build = compileForBench(['micro.ts'], undefined, ['test/helpers/redis-server.ts']);
+  const build = compileForBench(['micro.ts'], undefined, ['support/redis-server.ts']);
   const result = spawnSync(process.execPath, [join(build, 'bench', 'micro.js')], { stdio: 'inherit' });
   process.exitCode = result.status ?? 1;
   return true;

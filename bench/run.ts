@@ -27,7 +27,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import Redis from 'ioredis';
-import { startRedis } from '../test/helpers/redis-server';
+import { startRedis } from '../support/redis-server';
 import { compileForBench } from './compile';
 import { describeWrk, runWrk, type Traffic, type WrkResult } from './wrk';
 

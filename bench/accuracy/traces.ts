@@ -5,7 +5,7 @@
  * with the same options produces the same requests.
  */
 import type { Tier } from '../../src/algorithms/types';
-import { exponential, mulberry32, pareto, type Random } from './random';
+import { exponential, mulberry32, pareto, type Random } from '../../support/random';
 
 /** One identifier's requests: integer epoch milliseconds, ascending. */
 export interface Source {

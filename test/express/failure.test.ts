@@ -8,8 +8,8 @@ import { Redis, type RedisOptions } from 'ioredis';
 import request from 'supertest';
 import { RateLimitTimeoutError } from '../../src/errors';
 import { RedisStore, rateLimit } from '../../src/express';
+import { freePort } from '../../support/redis-server';
 import { uniquePrefix } from '../helpers/redis';
-import { freePort } from '../helpers/redis-server';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const express4 = require('express4') as typeof express5;

@@ -8,8 +8,8 @@ import { Redis } from 'ioredis';
 import request from 'supertest';
 import type { FastifyRateLimitOptions } from '../../src/fastify';
 import { type Decision, RedisStore, rateLimitPlugin } from '../../src/fastify';
+import { freePort } from '../../support/redis-server';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { freePort } from '../helpers/redis-server';
 
 const WINDOW = 10_000;
 const START = 1_700_000_000_000 - (1_700_000_000_000 % WINDOW); // a window boundary

@@ -21,9 +21,9 @@
  */
 import { createServer } from 'node:net';
 import { byIp, RedisStore } from '../../src';
-import { type App, closeAgent, FRAMEWORKS, type Framework, get, rawRequest, startApp } from './helpers/http';
-import { watchUnhandledRejections } from './helpers/process';
-import { quietClient, type RedisProcess, scanAll, startFaultRedis, waitReady } from './helpers/redis';
+import { type App, closeAgent, FRAMEWORKS, type Framework, get, rawRequest, startApp } from '../helpers/http-load';
+import { watchUnhandledRejections } from '../helpers/process';
+import { quietClient, type RedisProcess, scanAll, startFaultRedis, waitReady } from '../helpers/redis-faults';
 
 const LIMIT = 3;
 const TRIES = 5;

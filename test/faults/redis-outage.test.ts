@@ -18,9 +18,9 @@
  */
 import { performance } from 'node:perf_hooks';
 import { createLimiter, RedisStore } from '../../src';
-import { closeAgent, FRAMEWORKS, get, load, type Sample, startApp } from './helpers/http';
-import { watchUnhandledRejections } from './helpers/process';
-import { CLIENT_CONFIGS, quietClient, sleep, slidingWindowCount, startFaultRedis, waitReady } from './helpers/redis';
+import { closeAgent, FRAMEWORKS, get, load, type Sample, startApp } from '../helpers/http-load';
+import { watchUnhandledRejections } from '../helpers/process';
+import { CLIENT_CONFIGS, quietClient, sleep, slidingWindowCount, startFaultRedis, waitReady } from '../helpers/redis-faults';
 
 const TIMEOUT_MS = 200;
 /** Allowed above timeoutMs for the HTTP round trip and a busy event loop (two cores, 20 clients). */

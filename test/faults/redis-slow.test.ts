@@ -6,9 +6,9 @@
  */
 import { performance } from 'node:perf_hooks';
 import { createLimiter, RedisStore } from '../../src';
-import { closeAgent, FRAMEWORKS, get, startApp } from './helpers/http';
-import { watchUnhandledRejections } from './helpers/process';
-import { CLIENT_CONFIGS, quietClient, type RedisProcess, sleep, startFaultRedis, waitReady } from './helpers/redis';
+import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
+import { watchUnhandledRejections } from '../helpers/process';
+import { CLIENT_CONFIGS, quietClient, type RedisProcess, sleep, startFaultRedis, waitReady } from '../helpers/redis-faults';
 
 const TIMEOUT_MS = 200;
 const MARGIN_MS = 150;

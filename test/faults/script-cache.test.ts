@@ -6,9 +6,9 @@
  * client is connected again, the first check succeeds and counts from zero.
  */
 import { type AlgorithmName, createLimiter, RedisStore } from '../../src';
-import { closeAgent, FRAMEWORKS, get, startApp } from './helpers/http';
-import { watchUnhandledRejections } from './helpers/process';
-import { CLIENT_CONFIGS, quietClient, type RedisProcess, startFaultRedis, waitReady } from './helpers/redis';
+import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
+import { watchUnhandledRejections } from '../helpers/process';
+import { CLIENT_CONFIGS, quietClient, type RedisProcess, startFaultRedis, waitReady } from '../helpers/redis-faults';
 
 const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
 let tests = 0;

@@ -22,8 +22,8 @@
  */
 import { performance } from 'node:perf_hooks';
 import { createLimiter, type Limiter, MemoryStore } from '../../src';
-import { seeded } from '../helpers/random';
-import { mb, monitorLoopDelay, recordStalls, retainedHeap, sampleHeap } from './helpers/process';
+import { mulberry32 as seeded } from '../../support/random';
+import { mb, monitorLoopDelay, recordStalls, retainedHeap, sampleHeap } from '../helpers/process';
 
 const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? 60);
 const IDENTIFIERS = 1_000_000;

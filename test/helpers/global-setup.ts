@@ -1,4 +1,4 @@
-import { startCluster, startRedis } from './redis-server';
+import { startCluster, startRedis } from '../../support/redis-server';
 
 /**
  * Starts one standalone redis-server and one three-master cluster for the whole run,

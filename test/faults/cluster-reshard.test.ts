@@ -12,9 +12,9 @@
 import { performance } from 'node:perf_hooks';
 import { Cluster } from 'ioredis';
 import { createLimiter, type Decision, type Limiter, RedisStore } from '../../src';
-import { type App, closeAgent, get, startApp } from './helpers/http';
-import { watchUnhandledRejections } from './helpers/process';
-import { type ClusterAdmin, clusterAdmin, type RedisCluster, sleep, startPartialCoverageCluster, waitReady } from './helpers/redis';
+import { type App, closeAgent, get, startApp } from '../helpers/http-load';
+import { watchUnhandledRejections } from '../helpers/process';
+import { type ClusterAdmin, clusterAdmin, type RedisCluster, sleep, startPartialCoverageCluster, waitReady } from '../helpers/redis-faults';
 
 const TIMEOUT_MS = 200;
 const MARGIN_MS = 150;

@@ -6,9 +6,9 @@ import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { CODES, OptionError, RedisStore, rateLimit } from '../src/express';
-import { rateLimitPlugin } from '../src/fastify';
-import { redisClient, uniquePrefix } from './helpers/redis';
+import { CODES, OptionError, RedisStore, rateLimit } from '../../src/express';
+import { rateLimitPlugin } from '../../src/fastify';
+import { redisClient, uniquePrefix } from '../helpers/redis';
 
 /** [what, options, the option the error must name] */
 const BAD: [string, Record<string, unknown>, string][] = [

@@ -16,7 +16,7 @@ import { createLimiter, type Decision, MemoryStore, RedisStore } from '../../src
 import { ALGORITHMS as SCRIPTS } from '../../src/algorithms';
 import { checkArgv, readCounters } from '../../src/algorithms/prelude';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
-import { seeded } from '../helpers/random';
+import { mulberry32 as seeded } from '../../support/random';
 import { redisClient, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;

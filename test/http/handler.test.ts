@@ -7,11 +7,11 @@ import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { type Decision, MemoryStore, RedisStore, type Store } from '../src';
-import type { AlgorithmName } from '../src/algorithms/types';
-import { rateLimit } from '../src/express';
-import { rateLimitPlugin } from '../src/fastify';
-import { manualClock, redisClient, uniquePrefix } from './helpers/redis';
+import { type Decision, MemoryStore, RedisStore, type Store } from '../../src';
+import type { AlgorithmName } from '../../src/algorithms/types';
+import { rateLimit } from '../../src/express';
+import { rateLimitPlugin } from '../../src/fastify';
+import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
 const MINUTE = 60_000;
 const START = 1_800_000_000_000 - (1_800_000_000_000 % MINUTE) + 30_000; // half-way through a minute

@@ -4,11 +4,11 @@
  * store round trips after the first denial.
  */
 import type { Redis } from 'ioredis';
-import { createLimiter, type Decision, MemoryStore, RedisStore, type Store } from '../../src';
-import type { AlgorithmName, Tier } from '../../src/algorithms/types';
-import { DenyCache } from '../../src/deny-cache';
-import { seeded } from '../helpers/random';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { createLimiter, type Decision, MemoryStore, RedisStore, type Store } from '../src';
+import type { AlgorithmName, Tier } from '../src/algorithms/types';
+import { DenyCache } from '../src/deny-cache';
+import { mulberry32 as seeded } from '../support/random';
+import { manualClock, redisClient, uniquePrefix } from './helpers/redis';
 
 let client: Redis;
 beforeAll(() => {

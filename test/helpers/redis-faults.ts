@@ -4,8 +4,8 @@
  * and small polling utilities.
  */
 import { type Cluster, Redis, type RedisOptions } from 'ioredis';
-import { readCounters } from '../../../src/algorithms/prelude';
-import { type RedisCluster, type RedisProcess, startCluster, startRedis } from '../../helpers/redis-server';
+import { readCounters } from '../../src/algorithms/prelude';
+import { type RedisCluster, type RedisProcess, startCluster, startRedis } from '../../support/redis-server';
 
 /** A standalone redis-server owned by the test, with `DEBUG SLEEP` allowed. */
 export function startFaultRedis(extraArgs: string[] = []): Promise<RedisProcess> {

@@ -9,9 +9,9 @@ import { connect } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import express from 'express';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
-import { type ExpressRateLimitOptions, rateLimit } from '../../../src/express';
-import { type FastifyRateLimitOptions, rateLimitPlugin } from '../../../src/fastify';
-import type { Identify, RequestLike } from '../../../src/identify';
+import { type ExpressRateLimitOptions, rateLimit } from '../../src/express';
+import { type FastifyRateLimitOptions, rateLimitPlugin } from '../../src/fastify';
+import type { Identify, RequestLike } from '../../src/identify';
 
 export type Framework = 'express' | 'fastify';
 export const FRAMEWORKS: readonly Framework[] = ['express', 'fastify'];

@@ -5,7 +5,7 @@
 import type { Redis } from 'ioredis';
 import { createLimiter, type Limiter, MemoryStore, RedisStore, type Store } from '../../src';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
-import { seeded } from '../helpers/random';
+import { mulberry32 as seeded } from '../../support/random';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;

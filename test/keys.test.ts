@@ -4,9 +4,9 @@
  * under the prefix and keep their own counters.
  */
 import type { Redis } from 'ioredis';
-import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
-import type { AlgorithmName } from '../../src/algorithms/types';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { createLimiter, MemoryStore, RedisStore, type Store } from '../src';
+import type { AlgorithmName } from '../src/algorithms/types';
+import { manualClock, redisClient, uniquePrefix } from './helpers/redis';
 
 let client: Redis;
 beforeAll(() => {

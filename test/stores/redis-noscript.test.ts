@@ -7,8 +7,8 @@ import { Redis } from 'ioredis';
 import { createLimiter, RedisStore } from '../../src';
 import { ALGORITHMS as SCRIPTS } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
+import { type RedisProcess, startRedis } from '../../support/redis-server';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { type RedisProcess, startRedis } from '../helpers/redis-server';
 
 const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
 let client: Redis;

@@ -7,7 +7,7 @@
  */
 import type { Redis } from 'ioredis';
 import { type AlgorithmName, createLimiter, type Limiter, RedisStore } from '../../src';
-import { quietClient, type RedisProcess, startFaultRedis, waitReady } from './helpers/redis';
+import { quietClient, type RedisProcess, startFaultRedis, waitReady } from '../helpers/redis-faults';
 
 const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
 const INSTANCES = 4;

@@ -1,10 +1,10 @@
-import { ExactLog } from '../bench/accuracy/exact-log';
-import { type AlgorithmStats, floodAdmissions, simulateTrace, type TraceResult } from '../bench/accuracy/simulate';
-import { boundaryTrace, burstTrace, EPOCH, poissonTrace, slidingWorstCaseTrace, type Trace } from '../bench/accuracy/traces';
-import { fixedWindow } from '../src/algorithms/fixed-window';
-import { slidingLog } from '../src/algorithms/sliding-log';
-import { slidingWindow } from '../src/algorithms/sliding-window';
-import type { AlgorithmName, AlgorithmScripts } from '../src/algorithms/types';
+import { ExactLog } from '../../bench/accuracy/exact-log';
+import { type AlgorithmStats, floodAdmissions, simulateTrace, type TraceResult } from '../../bench/accuracy/simulate';
+import { boundaryTrace, burstTrace, EPOCH, poissonTrace, slidingWorstCaseTrace, type Trace } from '../../bench/accuracy/traces';
+import { fixedWindow } from '../../src/algorithms/fixed-window';
+import { slidingLog } from '../../src/algorithms/sliding-log';
+import { slidingWindow } from '../../src/algorithms/sliding-window';
+import type { AlgorithmName, AlgorithmScripts } from '../../src/algorithms/types';
 
 const ALGORITHMS = [slidingWindow, fixedWindow, slidingLog] as AlgorithmScripts[];
 const TINY = { sources: 2, windows: 20 };
