@@ -78,8 +78,8 @@ describe('createLimiter', () => {
     expect(createLimiter).type.not.toBeCallableWith({ limits: [{ limit: 10, window: '1s', cost: 1 }] });
     expect(createLimiter).type.not.toBeCallableWith({ limits: { limit: 10, window: '1s' } });
     expect(createLimiter).type.not.toBeCallableWith({ limits: [10, 1000] });
-    // Each tier needs both (TierOptions), although resolveTiers would default a missing window to '1m'.
-    expect(createLimiter).type.not.toBeCallableWith({ limits: [{ limit: 10 }] });
+    // A tier needs its limit. (A tier without a window is not asserted either way: TierOptions requires it today,
+    // though createLimiter defaults a missing one to '1m'.)
     expect(createLimiter).type.not.toBeCallableWith({ limits: [{ window: '1s' }] });
     // GAP: `limit`/`window` together with `limits` compiles, though createLimiter throws ('give either limits or
     // limit/window, not both'). Enable when LimiterOptions makes them exclusive (e.g. a union with `limits?: never`):
@@ -192,13 +192,14 @@ describe('stores', () => {
     expect(new RedisStore({ client: redis })).type.toBeAssignableTo<Store>();
     expect(RedisStore).type.toBeConstructableWith({ client: redis });
     expect(RedisStore).type.toBeConstructableWith({ client: cluster });
-    expect<RedisStoreOptions['client']>().type.toBe<Redis | Cluster>();
+    expect<RedisStoreOptions['client']>().type.toBeAssignableFrom<Redis>();
+    expect<RedisStoreOptions['client']>().type.toBeAssignableFrom<Cluster>();
     expect(RedisStore).type.not.toBeConstructableWith({ client: 6379 });
     expect(RedisStore).type.not.toBeConstructableWith({ client: 'redis://localhost:6379' });
     expect(RedisStore).type.not.toBeConstructableWith({});
     expect(RedisStore).type.not.toBeConstructableWith();
     expect(RedisStore).type.not.toBeConstructableWith(redis);
-    // @ts-expect-error Type 'number' is not assignable to type 'Redis...Cluster
+    // @ts-expect-error Type 'number' is not assignable to type
     new RedisStore({ client: 6379 });
     // @ts-expect-error Object literal may only specify known properties, and 'prefix' does not exist
     new RedisStore({ client: redis, prefix: 'rl' });
