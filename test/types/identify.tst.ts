@@ -158,6 +158,8 @@ describe('identify option', () => {
     expect(rateLimit).type.not.toBeCallableWith({ identify: (_req: Request) => true });
     expect(rateLimit).type.not.toBeCallableWith({ identify: 'ip' });
     expect(rateLimit).type.not.toBeCallableWith({ identify: [byIp(), 'ip'] });
+    // Kept loose on purpose: a narrower type rejects tiers, lists and durations built at run time
+    // (Tier[], a string from configuration), and the run-time check names the option.
     // GAP: an empty list compiles, though the adapters throw at construction ('identify: must be a function or a
     // non-empty array of functions'). Enable when IdentifyOption's list is a non-empty tuple type
     // (readonly [Identify<Req>, ...Identify<Req>[]]):
