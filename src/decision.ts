@@ -1,26 +1,37 @@
+import { remainingOf } from './algorithms/prelude';
 import type { RawReply, Tier } from './algorithms/types';
 import type { Decision, TierDecision } from './types';
 
+/** Position of the first tier's numbers in a check's raw reply, and how many each tier has. */
+const FIRST_TIER = 3;
+const PER_TIER = 4;
+
 /**
- * Decodes a script's {@link RawReply} into a {@link Decision}: each tier's estimate,
- * remaining and reset, and the binding tier, the one that keeps the client waiting
+ * Decodes a check script's {@link RawReply} into a {@link Decision}: each tier's estimate,
+ * remaining, wait and reset, and the binding tier, the one that keeps the client waiting
  * longest, then the one with least left.
  */
-export function toDecision(raw: RawReply, tiers: readonly Tier[], cost: number): Decision {
+export function toDecision(raw: RawReply, tiers: readonly Tier[], cost: number, dryRun: boolean): Decision {
   const allowed = raw[0] === 1;
   const now = Number(raw[1]);
   const tierDecisions: TierDecision[] = new Array(tiers.length);
   let binding = 0;
-  let latest = 0;
   for (let i = 0; i < tiers.length; i++) {
     const { limit, window } = tiers[i];
-    const estimated = Number(raw[2 + 3 * i]) / Number(raw[3 + 3 * i]);
-    const waitMs = Number(raw[4 + 3 * i]);
-    if (waitMs > latest) latest = waitMs;
-    tierDecisions[i] = { limit, window, estimated, remaining: Math.max(0, Math.floor(limit - estimated)), resetAt: now + waitMs };
+    const at = FIRST_TIER + PER_TIER * i;
+    const numerator = Number(raw[at]);
+    const denominator = Number(raw[at + 1]);
+    const tier: TierDecision = {
+      limit,
+      window,
+      estimated: numerator / denominator,
+      remaining: remainingOf(numerator, denominator, limit),
+      retryAfterMs: Number(raw[at + 2]),
+      resetAt: now + Number(raw[at + 3]),
+    };
+    tierDecisions[i] = tier;
     const best = tierDecisions[binding];
-    const tier = tierDecisions[i];
-    if (tier.resetAt > best.resetAt || (tier.resetAt === best.resetAt && tier.remaining < best.remaining)) binding = i;
+    if (tier.retryAfterMs > best.retryAfterMs || (tier.retryAfterMs === best.retryAfterMs && tier.remaining < best.remaining)) binding = i;
   }
   const top = tierDecisions[binding];
   return {
@@ -30,12 +41,13 @@ export function toDecision(raw: RawReply, tiers: readonly Tier[], cost: number):
     remaining: top.remaining,
     estimated: top.estimated,
     ratio: top.estimated / top.limit,
-    resetAt: now + latest,
-    retryAfterMs: allowed ? 0 : latest,
+    resetAt: top.resetAt,
+    retryAfterMs: allowed ? 0 : top.retryAfterMs,
     tier: binding,
     tiers: tierDecisions,
     now,
     cost,
+    counted: allowed && cost > 0 && !dryRun,
     cached: false,
   };
 }

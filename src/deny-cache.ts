@@ -1,5 +1,6 @@
+import type { Tier } from './algorithms/types';
 import { LruMap } from './lru';
-import type { Decision } from './types';
+import type { Decision, TierDecision } from './types';
 
 interface CachedDenial {
   decision: Decision;
@@ -15,10 +16,12 @@ interface CachedDenial {
  *
  * Exact for every algorithm here: while nothing is counted for an identifier its
  * estimate only falls with time, so a denial holds, with the same wait, until its
- * `retryAfterMs` has passed. A denial for cost `c` is reused only for requests of cost
- * `c`: a larger cost is denied too, but must wait longer. The limiter drops the entry
- * when a request of another cost is counted for the identifier, since that moves the
- * moment the denied cost fits. Bounded: least recently denied first out.
+ * `retryAfterMs` has passed; and its remaining counts hold until a tier's `resetAt`, so an
+ * entry is kept until the earlier of the two. A denial for cost `c` under given tiers is reused only for
+ * requests of cost `c` under the same tiers: a larger cost is denied too, but must wait
+ * longer, and other limits (a plan upgrade) decide afresh. The limiter drops the entry
+ * when a request of another cost is counted, or a refund given, for the identifier, since
+ * that moves the moment the denied cost fits. Bounded: least recently denied first out.
  */
 export class DenyCache {
   private readonly denials: LruMap<CachedDenial>;
@@ -27,23 +30,56 @@ export class DenyCache {
     this.denials = new LruMap(capacity);
   }
 
-  get(key: string, cost: number, now: number): Decision | undefined {
+  get(key: string, cost: number, tiers: readonly Tier[], now: number): Decision | undefined {
     const denial = this.denials.get(key);
     if (denial === undefined) return undefined;
     if (now >= denial.until) {
       this.denials.delete(key);
       return undefined;
     }
-    if (cost !== denial.decision.cost) return undefined;
     const { decision } = denial;
-    return { ...decision, now: decision.now + (now - denial.at), retryAfterMs: denial.until - now, cached: true };
+    if (cost !== decision.cost || !sameTiers(decision.tiers, tiers)) return undefined;
+    const elapsed = now - denial.at;
+    const at = decision.now + elapsed;
+    const aged: TierDecision[] = new Array(decision.tiers.length);
+    for (let i = 0; i < aged.length; i++) {
+      const tier = decision.tiers[i];
+      // A tier with nothing counted resets "now": at the answer's own now.
+      aged[i] = {
+        ...tier,
+        retryAfterMs: tier.retryAfterMs > elapsed ? tier.retryAfterMs - elapsed : 0,
+        resetAt: tier.resetAt === decision.now ? at : tier.resetAt,
+      };
+    }
+    return {
+      ...decision,
+      now: at,
+      retryAfterMs: decision.retryAfterMs - elapsed,
+      resetAt: aged[decision.tier].resetAt,
+      tiers: aged,
+      cached: true,
+    };
   }
 
   remember(key: string, decision: Decision, now: number): void {
-    this.denials.set(key, { decision, at: now, until: now + decision.retryAfterMs });
+    // Valid until the request may pass, or until a tier gives quota back (its remaining and
+    // reset change then), whichever comes first.
+    let until = now + decision.retryAfterMs;
+    for (const tier of decision.tiers) {
+      if (tier.resetAt > decision.now) until = Math.min(until, now + (tier.resetAt - decision.now));
+    }
+    this.denials.set(key, { decision, at: now, until });
   }
 
   delete(key: string): void {
     this.denials.delete(key);
   }
+}
+
+function sameTiers(decided: readonly Tier[], asked: readonly Tier[]): boolean {
+  if (decided.length !== asked.length) return false;
+  for (let i = 0; i < asked.length; i++) {
+    if (decided[i].limit !== asked[i].limit || decided[i].window !== asked[i].window) return false;
+  }
+  return true;
 }

@@ -2,16 +2,18 @@ import { ALGORITHMS } from './algorithms';
 import type { AlgorithmName, AlgorithmScripts, Tier } from './algorithms/types';
 import { toDecision } from './decision';
 import { DenyCache } from './deny-cache';
+import { OptionError } from './errors';
 import { storeKey } from './keys';
 import {
   DEFAULT_COST,
   LIMITER_OPTIONS,
   type ResolvedLimiterOptions,
   resolveLimiterOptions,
+  resolveTiers,
   smallestLimit,
   validateCost,
 } from './options/limiter';
-import { checkOptions } from './options/validate';
+import { checkOptions, describeValue } from './options/validate';
 import type { Store } from './stores/types';
 import { withTimeout } from './timeout';
 import type { CheckOptions, Decision, Limiter, LimiterOptions } from './types';
@@ -54,6 +56,25 @@ export class RateLimiter implements Limiter {
     return this.run(identifier, options, true);
   }
 
+  refund(identifier: string, decision: Decision): Promise<void> {
+    let key: string;
+    try {
+      key = this.keyFor(identifier);
+      if (decision === null || typeof decision !== 'object') {
+        throw new OptionError('SWL_INVALID_TYPE', `decision: must be a decision returned by check(), got ${describeValue(decision)}`);
+      }
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    if (!decision.counted) return Promise.resolve();
+    this.denyCache?.delete(key);
+    const refund = { now: this.clock?.(), cost: decision.cost, dryRun: false, countedAt: decision.now, tiers: decision.tiers };
+    return this.bounded(this.store.refund(this.scripts, key, refund)).then(() => {
+      // A check in flight may have cached a denial the refund has since made untrue.
+      this.denyCache?.delete(key);
+    });
+  }
+
   reset(identifier: string): Promise<void> {
     let key: string;
     try {
@@ -68,24 +89,29 @@ export class RateLimiter implements Limiter {
   private run(identifier: string, options: CheckOptions | undefined, dryRun: boolean): Promise<Decision> {
     let key: string;
     let cost: number;
+    let tiers = this.tiers;
     try {
       key = this.keyFor(identifier);
-      cost = options?.cost === undefined ? DEFAULT_COST : validateCost(options.cost, this.smallestLimit);
+      if (options !== undefined && (options.limit !== undefined || options.window !== undefined || options.limits !== undefined)) {
+        tiers = callTiers(options, this.tiers);
+      }
+      const smallest = tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers);
+      cost = options?.cost === undefined ? DEFAULT_COST : validateCost(options.cost, smallest);
     } catch (error) {
       return Promise.reject(error);
     }
     const now = this.clock?.();
     if (this.denyCache !== undefined) {
-      const denied = this.denyCache.get(key, cost, now ?? Date.now());
+      const denied = this.denyCache.get(key, cost, tiers, now ?? Date.now());
       if (denied !== undefined) return Promise.resolve(denied);
     }
-    const reply = this.store.check(this.scripts, key, { now, cost, dryRun, tiers: this.tiers });
+    const reply = this.store.check(this.scripts, key, { now, cost, dryRun, blockFor: 0, tiers });
     return this.bounded(reply).then((raw) => {
-      const decision = toDecision(raw, this.tiers, cost);
+      const decision = toDecision(raw, tiers, cost, dryRun);
       if (this.denyCache !== undefined) {
         if (!decision.allowed) this.denyCache.remember(key, decision, now ?? Date.now());
         // Counting pushes back when a cached denial (of another cost) could first be allowed.
-        else if (cost > 0 && !dryRun) this.denyCache.delete(key);
+        else if (decision.counted) this.denyCache.delete(key);
       }
       return decision;
     });
@@ -94,6 +120,25 @@ export class RateLimiter implements Limiter {
   private bounded<T>(promise: Promise<T>): Promise<T> {
     return this.store.needsTimeout ? withTimeout(promise, this.timeoutMs) : promise;
   }
+}
+
+/**
+ * The tiers of one call: `limits`, or `limit`/`window` over the limiter's single tier (with
+ * several tiers, both must be given).
+ */
+function callTiers(options: CheckOptions, tiers: readonly Tier[]): readonly Tier[] {
+  if (options.limits !== undefined || tiers.length === 1) {
+    const single = options.limits === undefined ? tiers[0] : undefined;
+    return resolveTiers({
+      limits: options.limits,
+      limit: options.limit ?? single?.limit,
+      window: options.window ?? single?.window,
+    });
+  }
+  if (options.limit === undefined || options.window === undefined) {
+    throw new OptionError('SWL_INVALID_LIMIT', 'limit: a limiter with several tiers takes limit and window together, or limits');
+  }
+  return resolveTiers({ limit: options.limit, window: options.window });
 }
 
 /**

@@ -56,6 +56,16 @@ export interface LimiterOptions {
 export interface CheckOptions {
   /** Units this request consumes: an integer from 0 to the smallest limit. Default `1`. */
   cost?: number;
+  /**
+   * This call's limit, e.g. from the caller's plan. With a one-tier limiter it replaces that
+   * tier's limit (and `window` its window); with several tiers give both, or `limits`.
+   * Counts belong to the identifier, not to the limit: a new limit applies to what was already counted.
+   */
+  limit?: number;
+  /** This call's window (see `limit`). */
+  window?: Duration;
+  /** This call's tiers, replacing the limiter's. Tiers are matched to what is stored by position (see the README). */
+  limits?: readonly TierOptions[];
 }
 
 /** How one tier judged a request. */
@@ -67,7 +77,13 @@ export interface TierDecision {
   readonly estimated: number;
   /** `max(0, floor(limit - estimated))`. */
   readonly remaining: number;
-  /** Epoch ms at which a request of the same cost first fits in this tier (now, when it already fits). */
+  /** Milliseconds until this tier would allow a request of the same cost; `0` when it does now. */
+  readonly retryAfterMs: number;
+  /**
+   * Epoch ms at which this tier next makes quota available (`remaining` grows by at least one),
+   * assuming nothing else is counted; `now` when nothing is counted in it. As in the IETF
+   * RateLimit draft's reset parameter, this is not the moment the whole quota is back.
+   */
   readonly resetAt: number;
 }
 
@@ -84,14 +100,14 @@ export interface Decision {
   /** `estimated / limit`: around 1 is where an approximating algorithm can be wrong. */
   readonly ratio: number;
   /**
-   * Epoch ms at which a request of the same cost is first allowed: when denied, exactly
-   * `now + retryAfterMs`; when allowed, `now` if another such request still fits, else the
-   * moment it would.
+   * Epoch ms at which the binding tier next makes quota available (its `remaining` grows),
+   * assuming nothing else is counted: the reset of the IETF RateLimit draft. Never later than
+   * `now + retryAfterMs` on a denial; `now` when nothing is counted.
    */
   readonly resetAt: number;
-  /** Milliseconds until this request would be allowed; `0` when allowed. */
+  /** Milliseconds until this request would be allowed; `0` when allowed. Exact. */
   readonly retryAfterMs: number;
-  /** Index into `tiers` of the binding tier. */
+  /** Index into `tiers` of the binding tier: the one that keeps the client waiting longest, then the one with least left. */
   readonly tier: number;
   /** Every tier's view, in the order the tiers were given. */
   readonly tiers: readonly TierDecision[];
@@ -99,6 +115,8 @@ export interface Decision {
   readonly now: number;
   /** The cost that was checked. */
   readonly cost: number;
+  /** True when this check counted its cost (allowed, a cost above 0, not a peek): what {@link Limiter.refund} takes back. */
+  readonly counted: boolean;
   /** True when the answer came from the local deny cache rather than the store. */
   readonly cached: boolean;
 }
@@ -109,6 +127,12 @@ export interface Limiter {
   check(identifier: string, options?: CheckOptions): Promise<Decision>;
   /** Tells what a request of `cost` would get now, counting nothing. */
   peek(identifier: string, options?: CheckOptions): Promise<Decision>;
+  /**
+   * Takes back what `decision` (a check of `identifier`) counted, from the window it was counted
+   * in, never below zero: for requests that should not count after all (see
+   * `skipFailedRequests`). A decision that counted nothing is ignored.
+   */
+  refund(identifier: string, decision: Decision): Promise<void>;
   /** Forgets everything counted for `identifier`. */
   reset(identifier: string): Promise<void>;
   /** The store key used for `identifier`. */

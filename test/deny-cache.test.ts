@@ -31,8 +31,16 @@ const CONFIGS: Tier[][] = [
   [{ limit: 10, window: 60_000 }],
 ];
 
-function essentials(decision: Decision): { allowed: boolean; retryAfterMs: number; resetAt: number } {
-  return { allowed: decision.allowed, retryAfterMs: decision.retryAfterMs, resetAt: decision.resetAt };
+/** What a cached answer must get exactly right (the fractional estimate may have decayed since). */
+function essentials(decision: Decision): object {
+  return {
+    allowed: decision.allowed,
+    retryAfterMs: decision.retryAfterMs,
+    resetAt: decision.resetAt,
+    remaining: decision.remaining,
+    tier: decision.tier,
+    tiers: decision.tiers.map(({ remaining, retryAfterMs, resetAt }) => ({ remaining, retryAfterMs, resetAt })),
+  };
 }
 
 describe.each(stores)('deny cache on %s', (_name, makeStore) => {
@@ -198,6 +206,7 @@ describe('deny cache saves store round trips', () => {
 });
 
 describe('DenyCache bounds', () => {
+  const TIERS = [{ limit: 10, window: 60_000 }];
   const denial = (cost = 1) =>
     ({
       allowed: false,
@@ -205,6 +214,8 @@ describe('DenyCache bounds', () => {
       resetAt: 1_700_000_060_000,
       now: 1_700_000_000_000,
       cost,
+      tier: 0,
+      tiers: [{ ...TIERS[0], estimated: 10, remaining: 0, retryAfterMs: 60_000, resetAt: 1_700_000_060_000 }],
       cached: false,
     }) as unknown as Decision;
 
@@ -217,11 +228,11 @@ describe('DenyCache bounds', () => {
       cache.remember(`id${i}`, denial(), now);
       if (i === 500) cache.remember('id0', denial(), now); // denied again: most recent again
     }
-    expect(cache.get('id999999', 1, now)).toMatchObject({ cached: true, retryAfterMs: 60_000 });
-    expect(cache.get('id900000', 1, now)).toBeDefined();
-    expect(cache.get('id899999', 1, now)).toBeUndefined();
-    expect(cache.get('id1', 1, now)).toBeUndefined();
-    expect(cache.get('id0', 1, now)).toBeUndefined(); // re-denied at 501, still long evicted by 1,000,000
+    expect(cache.get('id999999', 1, TIERS, now)).toMatchObject({ cached: true, retryAfterMs: 60_000 });
+    expect(cache.get('id900000', 1, TIERS, now)).toBeDefined();
+    expect(cache.get('id899999', 1, TIERS, now)).toBeUndefined();
+    expect(cache.get('id1', 1, TIERS, now)).toBeUndefined();
+    expect(cache.get('id0', 1, TIERS, now)).toBeUndefined(); // re-denied at 501, still long evicted by 1,000,000
   }, 5_000);
 
   test('a denied-again key moves to the end of the eviction order', () => {
@@ -230,20 +241,20 @@ describe('DenyCache bounds', () => {
     for (const id of ['a', 'b', 'c']) cache.remember(id, denial(), now);
     cache.remember('a', denial(), now);
     cache.remember('d', denial(), now); // evicts b
-    expect(['a', 'b', 'c', 'd'].map((id) => cache.get(id, 1, now) !== undefined)).toEqual([true, false, true, true]);
+    expect(['a', 'b', 'c', 'd'].map((id) => cache.get(id, 1, TIERS, now) !== undefined)).toEqual([true, false, true, true]);
     cache.remember('e', denial(), now); // evicts c
     cache.remember('f', denial(), now); // evicts a
-    expect(['a', 'c', 'd', 'e', 'f'].map((id) => cache.get(id, 1, now) !== undefined)).toEqual([false, false, true, true, true]);
+    expect(['a', 'c', 'd', 'e', 'f'].map((id) => cache.get(id, 1, TIERS, now) !== undefined)).toEqual([false, false, true, true, true]);
   });
 
   test('a cached denial expires at its retryAfterMs and is reused only for the same cost', () => {
     const cache = new DenyCache(10);
     const now = 1_700_000_000_000;
     cache.remember('k', denial(2), now);
-    expect(cache.get('k', 1, now)).toBeUndefined();
-    expect(cache.get('k', 3, now)).toBeUndefined();
-    expect(cache.get('k', 2, now + 59_999)).toMatchObject({ retryAfterMs: 1, now: now + 59_999, resetAt: now + 60_000 });
-    expect(cache.get('k', 2, now + 60_000)).toBeUndefined();
-    expect(cache.get('k', 2, now)).toBeUndefined(); // the expired entry was dropped
+    expect(cache.get('k', 1, TIERS, now)).toBeUndefined();
+    expect(cache.get('k', 3, TIERS, now)).toBeUndefined();
+    expect(cache.get('k', 2, TIERS, now + 59_999)).toMatchObject({ retryAfterMs: 1, now: now + 59_999, resetAt: now + 60_000 });
+    expect(cache.get('k', 2, TIERS, now + 60_000)).toBeUndefined();
+    expect(cache.get('k', 2, TIERS, now)).toBeUndefined(); // the expired entry was dropped
   });
 });

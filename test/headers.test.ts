@@ -15,7 +15,7 @@ import { manualClock, redisClient, uniquePrefix } from './helpers/redis';
 const NOW = 1_700_000_000_000;
 
 function tierDecision(limit: number, window: number, remaining: number, resetIn: number): TierDecision {
-  return { limit, window, estimated: limit - remaining, remaining, resetAt: NOW + resetIn };
+  return { limit, window, estimated: limit - remaining, remaining, retryAfterMs: remaining > 0 ? 0 : resetIn, resetAt: NOW + resetIn };
 }
 
 /** A decision whose binding tier is `binding`, as the limiter would report it. */
@@ -34,6 +34,7 @@ function decisionOf(tiers: TierDecision[], binding = 0, allowed = true): Decisio
     tiers,
     now: NOW,
     cost: 1,
+    counted: allowed,
     cached: false,
   };
 }

@@ -96,10 +96,10 @@ class Runner {
   /** Runs one check; with `dryRun` nothing is counted. */
   check(now: number, cost: number, dryRun: boolean): RawReply {
     if (this.state !== undefined && this.expiresAt <= now) this.state = undefined;
-    const result = this.algorithm.check.apply(this.state, { now, cost, dryRun, tiers: this.tiers });
+    const result = this.algorithm.check.apply(this.state, { now, cost, dryRun, blockFor: 0, tiers: this.tiers });
     if (result.state !== this.state) {
       this.state = result.state;
-      this.expiresAt = result.expiresAt;
+      this.expiresAt = result.expiresAt ?? this.expiresAt;
     }
     return result.reply;
   }
@@ -107,7 +107,7 @@ class Runner {
   /** The algorithm's own estimate of the units in the window at `now` (first tier). */
   estimate(now: number): number {
     const reply = this.check(now, 0, true);
-    return reply[2] / reply[3];
+    return reply[3] / reply[4];
   }
 }
 

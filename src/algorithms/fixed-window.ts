@@ -1,5 +1,5 @@
 import { LUA_PRELUDE } from './prelude';
-import type { AlgorithmScripts, CheckArgs, MemoryResult } from './types';
+import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
 
 /**
  * Fixed window: one counter per tier for the window `floor(now / window)`. The cheapest
@@ -13,7 +13,7 @@ import type { AlgorithmScripts, CheckArgs, MemoryResult } from './types';
 /** Per tier: [windowIndex, count], flattened. */
 export type FixedWindowState = number[];
 
-const LUA = `${LUA_PRELUDE}
+const CHECK = `${LUA_PRELUDE}
 -- Stored at KEYS[1], a string: per tier 'index:count' in base 36, tiers separated by spaces,
 -- index = floor(now / window); expires when the longest tier's current window ends.
 local saved = readCounters(redis.call('GET', KEYS[1]))
@@ -36,18 +36,20 @@ if allowed == 1 and cost > 0 and not dry then
   end
   redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', expiry)
 end
-local reply = { allowed, now }
+local reply = { allowed, now, 0 }
 for i = 1, tiers do
-  local wait = 0
+  local wait, reset = 0, 0
   if counts[i] + cost > limits[i] then wait = ends[i] - now end
+  if counts[i] > 0 then reset = ends[i] - now end
   reply[#reply + 1] = counts[i]
   reply[#reply + 1] = 1
   reply[#reply + 1] = wait
+  reply[#reply + 1] = reset
 end
 return reply
 `;
 
-function apply(state: FixedWindowState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<FixedWindowState> {
+function check(state: FixedWindowState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<FixedWindowState> {
   const count = tiers.length;
   const counts = new Array<number>(count);
   const ends = new Array<number>(count);
@@ -62,6 +64,7 @@ function apply(state: FixedWindowState | undefined, { now, cost, dryRun, tiers }
     if (counts[i] + cost > limit) allowed = 0;
   }
   let next = state;
+  let expiresAt: number | undefined;
   if (allowed === 1 && cost > 0 && !dryRun) {
     next = new Array<number>(2 * count);
     for (let i = 0; i < count; i++) {
@@ -69,12 +72,53 @@ function apply(state: FixedWindowState | undefined, { now, cost, dryRun, tiers }
       next[2 * i] = Math.floor(now / tiers[i].window);
       next[2 * i + 1] = counts[i];
     }
+    expiresAt = now + expiry;
   }
-  const reply: number[] = [allowed, now];
+  const reply: number[] = [allowed, now, 0];
   for (let i = 0; i < count; i++) {
-    reply.push(counts[i], 1, counts[i] + cost > tiers[i].limit ? ends[i] - now : 0);
+    // A fixed window gives quota back only when it ends, all at once.
+    const reset = counts[i] > 0 ? ends[i] - now : 0;
+    reply.push(counts[i], 1, counts[i] + cost > tiers[i].limit ? ends[i] - now : 0, reset);
   }
-  return { reply, state: next, expiresAt: now + expiry };
+  return { reply, state: next, expiresAt };
 }
 
-export const fixedWindow: AlgorithmScripts<FixedWindowState> = { algorithm: 'fixed-window', check: { lua: LUA, apply } };
+const REFUND = `${LUA_PRELUDE}
+-- Takes back ARGV[2] units counted at ARGV[4] from each tier whose window has not ended since. Never below 0.
+local value = redis.call('GET', KEYS[1])
+if not value then return { 0 } end
+local saved = readCounters(value)
+local taken = 0
+for i = 1, tiers do
+  if saved[2 * i - 1] == math.floor(extra / windows[i]) then
+    local back = math.min(cost, saved[2 * i])
+    saved[2 * i] = saved[2 * i] - back
+    taken = taken + back
+  end
+end
+if taken > 0 and not dry then
+  local parts = {}
+  for i = 1, #saved / 2 do parts[i] = base36(saved[2 * i - 1]) .. ':' .. base36(saved[2 * i]) end
+  redis.call('SET', KEYS[1], table.concat(parts, ' '), 'KEEPTTL')
+end
+return { taken }
+`;
+
+function refund(state: FixedWindowState | undefined, { cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<FixedWindowState> {
+  if (state === undefined) return { reply: [0], state, expiresAt: undefined };
+  const next = [...state];
+  let taken = 0;
+  for (let i = 0; i < tiers.length && 2 * i < state.length; i++) {
+    if (state[2 * i] !== Math.floor(countedAt / tiers[i].window)) continue;
+    const back = Math.min(cost, next[2 * i + 1]);
+    next[2 * i + 1] -= back;
+    taken += back;
+  }
+  return { reply: [taken], state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
+}
+
+export const fixedWindow: AlgorithmScripts<FixedWindowState> = {
+  algorithm: 'fixed-window',
+  check: { lua: CHECK, apply: check },
+  refund: { lua: REFUND, apply: refund },
+};

@@ -1,14 +1,8 @@
 import type { Tier } from './types';
 
 /**
- * Lua shared by every check script: decodes the ARGV that {@link checkArgv} encodes.
- *
- *   KEYS[1]            the identifier's key
- *   ARGV[1]            now: epoch ms from an injected clock, or '' to read Redis `TIME`
- *   ARGV[2]            cost: units this request consumes (0 to the smallest limit)
- *   ARGV[3]            dry run: '1' evaluates only (nothing counted or trimmed), '0' counts
- *   ARGV[4], ARGV[5]   limit and window (ms) of tier 1
- *   ARGV[6], ARGV[7]   ... of tier 2, and so on
+ * Lua shared by every script (check and refund): decodes the ARGV that {@link scriptArgv}
+ * encodes, and the helpers more than one script uses.
  *
  * Without an injected clock the script takes the time from Redis `TIME`, so app
  * servers with skewed clocks still agree; Redis 7 replicates a script's effects, not
@@ -17,7 +11,8 @@ import type { Tier } from './types';
 export const LUA_PRELUDE = `
 -- KEYS[1]: the identifier's key
 -- ARGV[1]: now (epoch ms), or '' to read Redis TIME     ARGV[2]: cost
--- ARGV[3]: '1' dry run (count nothing), '0' count       ARGV[4], ARGV[5], ...: limit, window (ms) per tier
+-- ARGV[3]: '1' dry run (write nothing), '0' write       ARGV[4]: check: blockFor (ms, 0 = none); refund: countedAt (epoch ms)
+-- ARGV[5], ARGV[6], ...: limit, window (ms) of each tier
 local now = tonumber(ARGV[1])
 if not now then
   local time = redis.call('TIME')
@@ -25,7 +20,8 @@ if not now then
 end
 local cost = tonumber(ARGV[2])
 local dry = ARGV[3] == '1'
-local tiers = (#ARGV - 3) / 2
+local extra = tonumber(ARGV[4])
+local tiers = (#ARGV - 4) / 2
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 -- Counters are stored in base 36: a window index and two counts fit in 12 characters,
 -- which keeps a key within Redis's smallest string allocation for realistic counts.
@@ -46,11 +42,19 @@ local function readCounters(value)
   end
   return numbers
 end
+-- floor(limit - numerator / denominator), at least 0, in exact integer steps.
+local function remainingOf(numerator, denominator, limit)
+  local room = limit * denominator - numerator
+  if room <= 0 then return 0 end
+  local units = math.floor(room / denominator)
+  if units * denominator > room then units = units - 1 elseif (units + 1) * denominator <= room then units = units + 1 end
+  return units
+end
 local limits, windows = {}, {}
 local longest = 0
 for i = 1, tiers do
-  limits[i] = tonumber(ARGV[2 + 2 * i])
-  windows[i] = tonumber(ARGV[3 + 2 * i])
+  limits[i] = tonumber(ARGV[3 + 2 * i])
+  windows[i] = tonumber(ARGV[4 + 2 * i])
   if windows[i] > longest then longest = windows[i] end
 end
 `;
@@ -58,11 +62,30 @@ end
 /** Position of the dry-run flag in ARGV (1-based, as in Lua). */
 export const DRY_RUN_ARGV = 3;
 
-/** Encodes a check as the ARGV that {@link LUA_PRELUDE} decodes. */
-export function checkArgv(now: number | undefined, cost: number, dryRun: boolean, tiers: readonly Tier[]): (string | number)[] {
-  const argv: (string | number)[] = [now === undefined ? '' : now, cost, dryRun ? '1' : '0'];
+/**
+ * Encodes a script's arguments as the ARGV that {@link LUA_PRELUDE} decodes; `extra` is
+ * `blockFor` for a check and `countedAt` for a refund.
+ */
+export function scriptArgv(
+  now: number | undefined,
+  cost: number,
+  dryRun: boolean,
+  extra: number,
+  tiers: readonly Tier[],
+): (string | number)[] {
+  const argv: (string | number)[] = [now === undefined ? '' : now, cost, dryRun ? '1' : '0', extra];
   for (const tier of tiers) argv.push(tier.limit, tier.window);
   return argv;
+}
+
+/** `floor(limit - numerator / denominator)`, at least 0, in exact integer steps (the twin of the Lua `remainingOf`). */
+export function remainingOf(numerator: number, denominator: number, limit: number): number {
+  const room = limit * denominator - numerator;
+  if (room <= 0) return 0;
+  let units = Math.floor(room / denominator);
+  if (units * denominator > room) units -= 1;
+  else if ((units + 1) * denominator <= room) units += 1;
+  return units;
 }
 
 /** The longest window among `tiers`. */

@@ -1,5 +1,5 @@
 import { LUA_PRELUDE, longestWindow } from './prelude';
-import type { AlgorithmScripts, CheckArgs, MemoryResult } from './types';
+import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
 
 /**
  * Sliding log: exact. Every counted unit is one sorted-set member scored by its time;
@@ -19,7 +19,7 @@ export type SlidingLogState = number[];
 /** Members added per ZADD, well inside Lua's stack limit for `unpack`. */
 const ZADD_BATCH = 500;
 
-const LUA = `${LUA_PRELUDE}
+const CHECK = `${LUA_PRELUDE}
 -- Stored at KEYS[1], a sorted set: one member 'time:sequence' scored by its time per counted
 -- unit, and the member '#' scored minus the last sequence used; expires one longest window
 -- after the last counting check.
@@ -51,17 +51,22 @@ if allowed == 1 and cost > 0 and not dry then
   for i = 1, tiers do counts[i] = counts[i] + cost end
   redis.call('PEXPIRE', key, longest)
 end
-local reply = { allowed, now }
+-- How long until a request of \`units\` fits in tier i: until the oldest entries that must leave have left.
+local function waitFor(i, units)
+  local excess = counts[i] + units - limits[i]
+  if excess <= 0 then return 0 end
+  local oldest = redis.call('ZRANGEBYSCORE', key, lower(windows[i]), '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
+  return tonumber(oldest[2]) + windows[i] - now
+end
+local reply = { allowed, now, 0 }
 for i = 1, tiers do
-  local wait = 0
-  local excess = counts[i] + cost - limits[i]
-  if excess > 0 then
-    local oldest = redis.call('ZRANGEBYSCORE', key, lower(windows[i]), '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
-    wait = tonumber(oldest[2]) + windows[i] - now
-  end
+  local remaining = math.max(0, limits[i] - counts[i])
+  local reset = 0
+  if remaining < limits[i] then reset = waitFor(i, remaining + 1) end
   reply[#reply + 1] = counts[i]
   reply[#reply + 1] = 1
-  reply[#reply + 1] = wait
+  reply[#reply + 1] = waitFor(i, cost)
+  reply[#reply + 1] = reset
 end
 return reply
 `;
@@ -78,7 +83,7 @@ function firstAbove(log: readonly number[], value: number): number {
   return low;
 }
 
-function apply(state: SlidingLogState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<SlidingLogState> {
+function check(state: SlidingLogState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<SlidingLogState> {
   const longest = longestWindow(tiers);
   let log: readonly number[] = state ?? [];
   if (!dryRun) {
@@ -92,21 +97,49 @@ function apply(state: SlidingLogState | undefined, { now, cost, dryRun, tiers }:
     counts[i] = log.length - firstAbove(log, now - tiers[i].window);
     if (counts[i] + cost > tiers[i].limit) allowed = 0;
   }
-  let changed = log !== state;
-  if (allowed === 1 && cost > 0 && !dryRun) {
+  const changed = log !== state;
+  const counted = allowed === 1 && cost > 0 && !dryRun;
+  if (counted) {
     const at = firstAbove(log, now);
     log = [...log.slice(0, at), ...new Array<number>(cost).fill(now), ...log.slice(at)];
     for (let i = 0; i < count; i++) counts[i] += cost;
-    changed = true;
   }
-  const reply: number[] = [allowed, now];
+  const reply: number[] = [allowed, now, 0];
   for (let i = 0; i < count; i++) {
-    const excess = counts[i] + cost - tiers[i].limit;
-    const wait = excess > 0 ? log[firstAbove(log, now - tiers[i].window) + excess - 1] + tiers[i].window - now : 0;
-    reply.push(counts[i], 1, wait);
+    const { limit, window } = tiers[i];
+    const inWindow = firstAbove(log, now - window);
+    const waitFor = (units: number): number => {
+      const excess = counts[i] + units - limit;
+      return excess > 0 ? log[inWindow + excess - 1] + window - now : 0;
+    };
+    const remaining = Math.max(0, limit - counts[i]);
+    reply.push(counts[i], 1, waitFor(cost), remaining < limit ? waitFor(remaining + 1) : 0);
   }
   const next = log.length === 0 ? undefined : (log as SlidingLogState);
-  return { reply, state: changed ? next : state, expiresAt: now + longest };
+  // Like the script: counting sets the expiry, trimming alone keeps it.
+  return { reply, state: changed || counted ? next : state, expiresAt: counted ? now + longest : undefined };
 }
 
-export const slidingLog: AlgorithmScripts<SlidingLogState> = { algorithm: 'sliding-log', check: { lua: LUA, apply } };
+const REFUND = `${LUA_PRELUDE}
+-- Takes back ARGV[2] log entries scored ARGV[4] (the time they were counted at). Entries of one
+-- millisecond differ only by name, so removing any of them leaves the same counts and waits.
+local entries = redis.call('ZRANGEBYSCORE', KEYS[1], extra, extra, 'LIMIT', 0, cost)
+if #entries > 0 and not dry then redis.call('ZREM', KEYS[1], unpack(entries)) end
+return { #entries }
+`;
+
+function refund(state: SlidingLogState | undefined, { cost, dryRun, countedAt }: RefundArgs): MemoryResult<SlidingLogState> {
+  if (state === undefined) return { reply: [0], state, expiresAt: undefined };
+  const from = firstAbove(state, countedAt - 1);
+  let taken = 0;
+  while (taken < cost && from + taken < state.length && state[from + taken] === countedAt) taken++;
+  if (taken === 0 || dryRun) return { reply: [taken], state, expiresAt: undefined };
+  const next = [...state.slice(0, from), ...state.slice(from + taken)];
+  return { reply: [taken], state: next.length === 0 ? undefined : next, expiresAt: undefined };
+}
+
+export const slidingLog: AlgorithmScripts<SlidingLogState> = {
+  algorithm: 'sliding-log',
+  check: { lua: CHECK, apply: check },
+  refund: { lua: REFUND, apply: refund },
+};

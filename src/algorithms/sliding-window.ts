@@ -1,5 +1,5 @@
-import { LUA_PRELUDE, longestWindow } from './prelude';
-import type { AlgorithmScripts, CheckArgs, MemoryResult } from './types';
+import { LUA_PRELUDE, longestWindow, remainingOf } from './prelude';
+import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
 
 /**
  * Sliding window counter.
@@ -58,7 +58,7 @@ export function slidingWait(current: number, previous: number, elapsed: number, 
   return 2 * window - elapsed;
 }
 
-const LUA = `${LUA_PRELUDE}${LUA_WAIT}
+const CHECK = `${LUA_PRELUDE}${LUA_WAIT}
 -- Stored at KEYS[1], a string: per tier 'index:current:previous' in base 36, tiers separated by
 -- spaces, index = floor(now / window); expires after twice the longest window.
 local saved = readCounters(redis.call('GET', KEYS[1]))
@@ -85,17 +85,22 @@ if allowed == 1 and cost > 0 and not dry then
   end
   redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', 2 * longest)
 end
-local reply = { allowed, now }
+local reply = { allowed, now, 0 }
 for i = 1, tiers do
-  local window = windows[i]
-  reply[#reply + 1] = current[i] * window + previous[i] * (window - elapsed[i])
+  local c, p, e, limit, window = current[i], previous[i], elapsed[i], limits[i], windows[i]
+  local numerator = c * window + p * (window - e)
+  local remaining = remainingOf(numerator, window, limit)
+  local reset = 0
+  if remaining < limit then reset = wait(c, p, e, limit, window, remaining + 1) end
+  reply[#reply + 1] = numerator
   reply[#reply + 1] = window
-  reply[#reply + 1] = wait(current[i], previous[i], elapsed[i], limits[i], window, cost)
+  reply[#reply + 1] = wait(c, p, e, limit, window, cost)
+  reply[#reply + 1] = reset
 end
 return reply
 `;
 
-function apply(state: SlidingWindowState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<SlidingWindowState> {
+function check(state: SlidingWindowState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<SlidingWindowState> {
   const count = tiers.length;
   const current = new Array<number>(count);
   const previous = new Array<number>(count);
@@ -121,7 +126,7 @@ function apply(state: SlidingWindowState | undefined, { now, cost, dryRun, tiers
     if ((c + cost) * window + p * (window - elapsed[i]) > limit * window) allowed = 0;
   }
   let next = state;
-  let expiresAt = Infinity;
+  let expiresAt: number | undefined;
   if (allowed === 1 && cost > 0 && !dryRun) {
     next = new Array<number>(3 * count);
     for (let i = 0; i < count; i++) {
@@ -132,16 +137,62 @@ function apply(state: SlidingWindowState | undefined, { now, cost, dryRun, tiers
     }
     expiresAt = now + 2 * longestWindow(tiers);
   }
-  const reply: number[] = [allowed, now];
+  const reply: number[] = [allowed, now, 0];
   for (let i = 0; i < count; i++) {
     const { limit, window } = tiers[i];
-    reply.push(
-      current[i] * window + previous[i] * (window - elapsed[i]),
-      window,
-      slidingWait(current[i], previous[i], elapsed[i], limit, window, cost),
-    );
+    const numerator = current[i] * window + previous[i] * (window - elapsed[i]);
+    const remaining = remainingOf(numerator, window, limit);
+    const reset = remaining < limit ? slidingWait(current[i], previous[i], elapsed[i], limit, window, remaining + 1) : 0;
+    reply.push(numerator, window, slidingWait(current[i], previous[i], elapsed[i], limit, window, cost), reset);
   }
   return { reply, state: next, expiresAt };
 }
 
-export const slidingWindow: AlgorithmScripts<SlidingWindowState> = { algorithm: 'sliding-window', check: { lua: LUA, apply } };
+const REFUND = `${LUA_PRELUDE}
+-- Takes back ARGV[2] units counted at ARGV[4]: from 'current' while the tier's window has not
+-- rolled since, from 'previous' after it rolled once, from nothing after that. Never below 0.
+local value = redis.call('GET', KEYS[1])
+if not value then return { 0 } end
+local saved = readCounters(value)
+local taken = 0
+for i = 1, tiers do
+  local savedIndex = saved[3 * i - 2]
+  if savedIndex then
+    local index = math.floor(extra / windows[i])
+    local slot = 0
+    if savedIndex == index then slot = 3 * i - 1 elseif savedIndex == index + 1 then slot = 3 * i end
+    if slot > 0 then
+      local back = math.min(cost, saved[slot])
+      saved[slot] = saved[slot] - back
+      taken = taken + back
+    end
+  end
+end
+if taken > 0 and not dry then
+  local parts = {}
+  for i = 1, #saved / 3 do parts[i] = base36(saved[3 * i - 2]) .. ':' .. base36(saved[3 * i - 1]) .. ':' .. base36(saved[3 * i]) end
+  redis.call('SET', KEYS[1], table.concat(parts, ' '), 'KEEPTTL')
+end
+return { taken }
+`;
+
+function refund(state: SlidingWindowState | undefined, { cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<SlidingWindowState> {
+  if (state === undefined) return { reply: [0], state, expiresAt: undefined };
+  const next = [...state];
+  let taken = 0;
+  for (let i = 0; i < tiers.length && 3 * i < state.length; i++) {
+    const index = Math.floor(countedAt / tiers[i].window);
+    const slot = state[3 * i] === index ? 3 * i + 1 : state[3 * i] === index + 1 ? 3 * i + 2 : -1;
+    if (slot < 0) continue;
+    const back = Math.min(cost, next[slot]);
+    next[slot] -= back;
+    taken += back;
+  }
+  return { reply: [taken], state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
+}
+
+export const slidingWindow: AlgorithmScripts<SlidingWindowState> = {
+  algorithm: 'sliding-window',
+  check: { lua: CHECK, apply: check },
+  refund: { lua: REFUND, apply: refund },
+};

@@ -8,33 +8,48 @@ export interface Tier {
 export type AlgorithmName = 'sliding-window' | 'fixed-window' | 'sliding-log';
 
 /**
- * The answer of one check, produced identically by an algorithm's Lua script and by
- * its TypeScript twin:
+ * The answer of a check script, produced identically by the Lua script and its TypeScript twin:
  *
- * `[allowed (1 | 0), now (epoch ms), ...per tier: estimateNumerator, estimateDenominator, waitMs]`
+ * `[allowed (1 | 0), now (epoch ms), blockedMs, ...per tier: estimateNumerator, estimateDenominator, waitMs, resetMs]`
  *
- * The estimate is a fraction (numerator / denominator) because Lua numbers reach the
- * client truncated to integers. It includes this request's cost when the request was
- * allowed. `waitMs` is how long a request of the same cost has to wait before this
- * tier would allow it, assuming nothing else is counted meanwhile: 0 when it fits now.
+ * - The estimate is a fraction (numerator / denominator) because Lua numbers reach the
+ *   client truncated to integers. It includes this request's cost when the request was allowed.
+ * - `blockedMs`: how long the identifier stays blocked (`blockFor`); 0 when it is not blocked.
+ * - `waitMs`: how long a request of the same cost has to wait before this tier would allow it,
+ *   assuming nothing else is counted meanwhile: 0 when it fits now.
+ * - `resetMs`: how long until this tier makes more quota available (its remaining units grow by
+ *   at least one), assuming nothing else is counted: 0 when nothing is counted in it.
+ *
+ * A refund script answers `[units taken back]` (the sum over the tiers, or the log entries removed).
  */
 export type RawReply = readonly number[];
 
-/** What one check asks of a script. */
-export interface CheckArgs {
+/** What every script is given. */
+export interface ScriptArgs {
   readonly now: number;
   readonly cost: number;
-  /** When true, evaluate only: nothing is counted or trimmed. */
+  /** When true, evaluate only: nothing is written. */
   readonly dryRun: boolean;
   readonly tiers: readonly Tier[];
+}
+
+/** What one check asks of a script. */
+export interface CheckArgs extends ScriptArgs {
+  /** Milliseconds an identifier stays refused once denied; 0 for no block. */
+  readonly blockFor: number;
+}
+
+/** What one refund asks of a script: take back `cost`, counted at `countedAt` with `tiers`. */
+export interface RefundArgs extends ScriptArgs {
+  readonly countedAt: number;
 }
 
 /** The TypeScript twin's result: the reply, and the state to keep (undefined: delete it). */
 export interface MemoryResult<State> {
   readonly reply: RawReply;
   readonly state: State | undefined;
-  /** Epoch ms after which the state may be dropped, like the Redis key's expiry. */
-  readonly expiresAt: number;
+  /** Epoch ms after which the state may be dropped, like the Redis key's expiry; undefined keeps the current expiry. */
+  readonly expiresAt: number | undefined;
 }
 
 /**
@@ -53,4 +68,5 @@ export interface Script<Args, State = unknown> {
 export interface AlgorithmScripts<State = unknown> {
   readonly algorithm: AlgorithmName;
   readonly check: Script<CheckArgs, State>;
+  readonly refund: Script<RefundArgs, State>;
 }

@@ -55,7 +55,7 @@ export interface ResolvedLimiterOptions {
 export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterOptions {
   const tiers = Object.freeze(resolveTiers(options));
   const store = options.store ?? new MemoryStore();
-  if (typeof store.check !== 'function' || typeof store.reset !== 'function') {
+  if (typeof store.check !== 'function' || typeof store.refund !== 'function' || typeof store.reset !== 'function') {
     throw new OptionError('SWL_INVALID_STORE', 'store: must be a RedisStore, a MemoryStore or another Store implementation');
   }
   return {

@@ -1,7 +1,7 @@
-import type { AlgorithmScripts, RawReply } from '../algorithms/types';
+import type { AlgorithmScripts, RawReply, Script } from '../algorithms/types';
 import { LruMap } from '../lru';
 import { checkOptions, keysOf, nonNegativeInteger, positiveInteger } from '../options/validate';
-import type { Store, StoreCheck } from './types';
+import type { Store, StoreCall, StoreCheck, StoreRefund } from './types';
 
 /** Options of {@link MemoryStore}. */
 export interface MemoryStoreOptions {
@@ -85,18 +85,27 @@ export class MemoryStore implements Store {
     return this.shards[(hash >>> 0) % this.shards.length];
   }
 
-  check(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, tiers }: StoreCheck): Promise<RawReply> {
-    if (now === undefined) this.ownClock = true;
-    const at = now === undefined ? Date.now() : now;
+  check(scripts: AlgorithmScripts, key: string, check: StoreCheck): Promise<RawReply> {
+    return this.run(scripts.check, key, check, (now) => ({ ...check, now }));
+  }
+
+  refund(scripts: AlgorithmScripts, key: string, refund: StoreRefund): Promise<RawReply> {
+    return this.run(scripts.refund, key, refund, (now) => ({ ...refund, now }));
+  }
+
+  private run<Args>(script: Script<Args>, key: string, call: StoreCall, argsAt: (now: number) => Args): Promise<RawReply> {
+    if (call.now === undefined) this.ownClock = true;
+    const at = call.now === undefined ? Date.now() : call.now;
     if (at > this.lastNow) this.lastNow = at;
     const shard = this.shardOf(key);
     let entry = shard.get(key);
     if (entry !== undefined && entry.expiresAt <= at) entry = undefined;
-    const result = scripts.check.apply(entry?.state, { now: at, cost, dryRun, tiers });
+    const result = script.apply(entry?.state, argsAt(at));
     if (entry !== undefined && result.state === entry.state) {
       shard.set(key, entry); // unchanged, but now the most recently used
     } else if (result.state !== undefined) {
-      shard.set(key, { state: result.state, expiresAt: result.expiresAt });
+      // A script that leaves the expiry alone (a refund, a trim) keeps the entry's.
+      shard.set(key, { state: result.state, expiresAt: result.expiresAt ?? entry?.expiresAt ?? Infinity });
     } else {
       shard.delete(key);
     }

@@ -1,10 +1,10 @@
-import { checkArgv } from '../algorithms/prelude';
-import type { AlgorithmScripts, RawReply } from '../algorithms/types';
+import { scriptArgv } from '../algorithms/prelude';
+import type { AlgorithmScripts, RawReply, Script } from '../algorithms/types';
 import { OptionError, StoreUnavailableError } from '../errors';
 import { checkOptions, keysOf } from '../options/validate';
 import { type IoredisClient, ioredisAdapter, isIoredisClient } from './ioredis';
 import type { RedisClientAdapter } from './redis-client';
-import type { Store, StoreCheck } from './types';
+import type { Store, StoreCheck, StoreRefund } from './types';
 
 /** Options of {@link RedisStore}. */
 export interface RedisStoreOptions {
@@ -37,10 +37,18 @@ export class RedisStore implements Store {
     this.redis = ioredisAdapter(client);
   }
 
-  check(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, tiers }: StoreCheck): Promise<RawReply> {
+  check(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, blockFor, tiers }: StoreCheck): Promise<RawReply> {
+    return this.run(scripts.check, key, scriptArgv(now, cost, dryRun, blockFor, tiers));
+  }
+
+  refund(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, countedAt, tiers }: StoreRefund): Promise<RawReply> {
+    return this.run(scripts.refund, key, scriptArgv(now, cost, dryRun, countedAt, tiers));
+  }
+
+  private run(script: Script<unknown>, key: string, argv: (string | number)[]): Promise<RawReply> {
     const unavailable = this.redis.unavailable();
     if (unavailable !== undefined) return Promise.reject(new StoreUnavailableError(unavailable));
-    return this.redis.run(scripts.check, key, checkArgv(now, cost, dryRun, tiers)) as Promise<RawReply>;
+    return this.redis.run(script, key, argv) as Promise<RawReply>;
   }
 
   reset(key: string): Promise<void> {

@@ -14,8 +14,8 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Redis } from 'ioredis';
 import { createLimiter, type Decision, MemoryStore, RedisStore } from '../../src';
 import { ALGORITHMS as SCRIPTS } from '../../src/algorithms';
-import { checkArgv, readCounters } from '../../src/algorithms/prelude';
-import type { AlgorithmName, Tier } from '../../src/algorithms/types';
+import { readCounters, scriptArgv } from '../../src/algorithms/prelude';
+import type { AlgorithmName, MemoryResult, Tier } from '../../src/algorithms/types';
 import { mulberry32 as seeded } from '../../support/random';
 import { redisClient, uniquePrefix } from '../helpers/redis';
 
@@ -99,7 +99,7 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
   test('seeded random sequence of checks and peeks over random tier configurations', async () => {
     const seed = 0x5eed + ALGORITHMS.indexOf(algorithm);
     const random = seeded(seed);
-    const counts = { steps: 0, allowed: 0, denied: 0, peeks: 0, multiTier: 0, writes: 0, resets: 0 };
+    const counts = { steps: 0, allowed: 0, denied: 0, peeks: 0, multiTier: 0, writes: 0, resets: 0, refunds: 0, ownLimits: 0 };
     const ttl: { last: number | undefined } = { last: undefined };
     const redisClientWithTtl = persistingClient(client, ttl);
     for (let config = 0; config < 12; config++) {
@@ -114,22 +114,55 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
       const onRedis = createLimiter({ ...common, store: redisStore, prefix });
       const inMemory = createLimiter({ ...common, store: new MemoryStore({ sweepIntervalMs: 0 }), prefix });
       const history: string[] = [];
+      const countedBy = new Map<string, Decision[]>();
+      const expiry = new Map<string, number>();
       for (let step = 0; step < 300; step++) {
         now = nextTime(now, tiers, random);
         const id = IDENTIFIERS[Math.floor(random() * IDENTIFIERS.length)];
+        // Keys are persisted in Redis (see persistingClient); expire them on the virtual clock, as
+        // the MemoryStore does, so a key written with short windows is gone for both alike.
+        if ((expiry.get(id) ?? Infinity) <= now) {
+          await client.del(onRedis.keyFor(id));
+          expiry.delete(id);
+        }
         if (random() < 0.01) {
           history.push(`${now} reset ${id}`);
           await Promise.all([onRedis.reset(id), inMemory.reset(id)]);
+          expiry.delete(id);
           counts.resets++;
           continue;
         }
+        const counted = countedBy.get(id) ?? [];
+        if (counted.length > 0 && random() < 0.08) {
+          // Refund a decision of this identifier counted earlier: the latest, or an older one
+          // whose window may have rolled since.
+          const [decision] = counted.splice(Math.floor(random() * counted.length), 1);
+          history.push(`${now} refund ${id} counted at ${decision.now} cost ${decision.cost}`);
+          await Promise.all([onRedis.refund(id, decision), inMemory.refund(id, decision)]);
+          counts.refunds++;
+          continue;
+        }
         const peek = random() < 0.2;
-        const cost = randomCost(random, tiers);
-        history.push(`${now} ${peek ? 'peek' : 'check'} ${id} cost ${cost}`);
+        // Sometimes this call brings its own limits: the plan changed (same windows, other limits),
+        // or a window changed.
+        const r = random();
+        const callTiers =
+          r < 0.08
+            ? tiers.map((tier) => ({ ...tier, limit: 1 + Math.floor(random() * 30) }))
+            : r < 0.1
+              ? randomTiers(random, algorithm)
+              : tiers;
+        const cost = randomCost(random, callTiers);
+        history.push(
+          `${now} ${peek ? 'peek' : 'check'} ${id} cost ${cost}${callTiers === tiers ? '' : ` limits ${JSON.stringify(callTiers)}`}`,
+        );
         ttl.last = undefined;
         const method = peek ? 'peek' : 'check';
-        const fromRedis: Decision = await onRedis[method](id, { cost });
-        const fromMemory: Decision = await inMemory[method](id, { cost });
+        const options = callTiers === tiers ? { cost } : { cost, limits: callTiers };
+        if (callTiers !== tiers) counts.ownLimits++;
+        const fromRedis: Decision = await onRedis[method](id, options);
+        const fromMemory: Decision = await inMemory[method](id, options);
+        if (fromRedis.counted) countedBy.set(id, [...counted.slice(-5), fromRedis]);
         if (!isDeepStrictEqual(fromRedis, fromMemory)) {
           throw new Error(
             `seed ${seed}, config ${JSON.stringify(tiers)}, step ${step}: decisions differ\n` +
@@ -137,9 +170,9 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
               `redis:  ${JSON.stringify(fromRedis)}\nmemory: ${JSON.stringify(fromMemory)}`,
           );
         }
-        const wrote = fromRedis.allowed && cost > 0 && !peek;
-        if (wrote) {
-          const expected = expectedTtl(algorithm, tiers, now);
+        if (fromRedis.counted) {
+          const expected = expectedTtl(algorithm, callTiers, now);
+          expiry.set(id, now + expected);
           // Read in the same MULTI as the write. Redis does not expire keys inside a MULTI, but
           // PTTL is counted on its real clock: allow for a server that was descheduled meanwhile.
           if (ttl.last! < 0 || ttl.last! > expected || ttl.last! < expected - 50) {
@@ -165,6 +198,8 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
     expect(counts.multiTier).toBeGreaterThan(1_000);
     expect(counts.peeks).toBeGreaterThan(300);
     expect(counts.writes).toBeGreaterThan(500);
+    expect(counts.refunds).toBeGreaterThan(100);
+    expect(counts.ownLimits).toBeGreaterThan(200);
   });
 });
 
@@ -180,34 +215,49 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<number
   return value === null ? [] : readCounters(value);
 }
 
-describe.each(ALGORITHMS)('%s: raw Lua script against the TypeScript apply', (algorithm) => {
-  test('identical replies and identical stored state for a seeded random sequence', async () => {
-    const { check: script } = SCRIPTS[algorithm];
+describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', (algorithm) => {
+  test('identical replies and identical stored state for a seeded random sequence of checks and refunds', async () => {
+    const scripts = SCRIPTS[algorithm];
     const seed = 0xa11 + ALGORITHMS.indexOf(algorithm);
     const random = seeded(seed);
     let compared = 0;
     let denied = 0;
+    let refunds = 0;
+    let refunded = 0;
     for (let config = 0; config < 8; config++) {
       const tiers = randomTiers(random, algorithm);
       const key = `${uniquePrefix('raw')}:k`;
       let now = config % 2 === 0 ? Math.floor(random() * 20) : 1_700_000_000_000 + Math.floor(random() * 100_000);
       let state: unknown;
+      const counted: { at: number; cost: number }[] = [];
       for (let step = 0; step < 150; step++) {
         now = nextTime(now, tiers, random);
-        const cost = randomCost(random, tiers);
+        const refund = counted.length > 0 && random() < 0.15;
+        const { lua } = refund ? scripts.refund : scripts.check;
         const dryRun = random() < 0.2;
-        const args = checkArgv(now, cost, dryRun, tiers);
+        let cost: number;
+        let argv: (string | number)[];
+        let result: MemoryResult<unknown>;
+        if (refund) {
+          const [taken] = counted.splice(Math.floor(random() * counted.length), 1);
+          cost = taken.cost;
+          argv = scriptArgv(now, cost, dryRun, taken.at, tiers);
+          result = scripts.refund.apply(state, { now, cost, dryRun, countedAt: taken.at, tiers });
+        } else {
+          cost = randomCost(random, tiers);
+          argv = scriptArgv(now, cost, dryRun, 0, tiers);
+          result = scripts.check.apply(state, { now, cost, dryRun, blockFor: 0, tiers });
+        }
         // PERSIST in the same MULTI, so Redis' real clock cannot expire what the fake clock still needs.
         const results = (await client
           .multi()
-          .eval(script.lua, 1, key, ...args)
+          .eval(lua, 1, key, ...argv)
           .persist(key)
           .exec())!;
         if (results[0][0]) throw results[0][0];
         const fromLua = results[0][1] as number[];
-        const result = script.apply(state, { now, cost, dryRun, tiers });
         state = result.state;
-        const context = `seed ${seed}, tiers ${JSON.stringify(tiers)}, step ${step}, now ${now}, cost ${cost}, dry ${dryRun}`;
+        const context = `seed ${seed}, tiers ${JSON.stringify(tiers)}, step ${step}, now ${now}, ${refund ? 'refund' : 'check'} cost ${cost}, dry ${dryRun}`;
         if (!isDeepStrictEqual(fromLua, [...result.reply])) {
           throw new Error(`${context}: replies differ\nlua: ${JSON.stringify(fromLua)}\nts:  ${JSON.stringify(result.reply)}`);
         }
@@ -217,10 +267,19 @@ describe.each(ALGORITHMS)('%s: raw Lua script against the TypeScript apply', (al
           throw new Error(`${context}: stored state differs\nredis: ${JSON.stringify(stored)}\nts:    ${JSON.stringify(twin)}`);
         }
         compared++;
-        if (fromLua[0] === 0) denied++;
+        if (refund) {
+          refunds++;
+          if (fromLua[0] > 0) refunded++;
+        } else {
+          if (fromLua[0] === 0) denied++;
+          if (fromLua[0] === 1 && cost > 0 && !dryRun) counted.push({ at: now, cost });
+        }
       }
     }
     expect(compared).toBe(8 * 150);
     expect(denied).toBeGreaterThan(100);
+    // Refunds that took something back, and refunds that found their window gone.
+    expect(refunded).toBeGreaterThan(20);
+    expect(refunds - refunded).toBeGreaterThan(5);
   });
 });

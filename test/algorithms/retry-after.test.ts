@@ -1,9 +1,10 @@
 /**
- * retryAfterMs / resetAt are exact for every algorithm: waiting exactly retryAfterMs is
- * allowed, 1 ms (or 1 s) less is not; including several tiers and costs above 1.
+ * retryAfterMs and resetAt are exact for every algorithm: waiting exactly retryAfterMs is
+ * allowed, 1 ms (or 1 s) less is not, including several tiers and costs above 1; and each
+ * tier's resetAt is the first moment its remaining quota grows, not a moment earlier.
  */
 import type { Redis } from 'ioredis';
-import { createLimiter, type Limiter, MemoryStore, RedisStore, type Store } from '../../src';
+import { createLimiter, type Decision, type Limiter, MemoryStore, RedisStore, type Store } from '../../src';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
 import { mulberry32 as seeded } from '../../support/random';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
@@ -64,9 +65,10 @@ describe.each(stores)('exact retryAfterMs on %s', (_name, makeStore) => {
     expect(denied.allowed).toBe(false);
     // 6 * (60 - e) / 60 + 5 <= 10  <=>  e >= 10 s
     expect(denied.retryAfterMs).toBe(10_000);
+    // More quota comes at the same moment here: 6 * (60 - e) / 60 <= 5 from e = 10 s too.
     expect(denied.resetAt).toBe(START + MINUTE + 10_000);
-    await expectFirstAllowedAt(limiter, clock, 'a', 5, denied.resetAt);
-    clock.set(denied.resetAt);
+    await expectFirstAllowedAt(limiter, clock, 'a', 5, denied.now + denied.retryAfterMs);
+    clock.set(denied.now + denied.retryAfterMs);
     expect((await limiter.check('a', { cost: 5 })).allowed).toBe(true);
   });
 
@@ -80,8 +82,11 @@ describe.each(stores)('exact retryAfterMs on %s', (_name, makeStore) => {
     // The full limit as one request: only once the previous window has no weight left.
     const all = await limiter.peek('a', { cost: 10 });
     expect(all.retryAfterMs).toBe(90_000);
-    await expectFirstAllowedAt(limiter, clock, 'a', 4, denied.resetAt);
-    await expectFirstAllowedAt(limiter, clock, 'a', 10, all.resetAt);
+    // But one unit comes back sooner: 10 * (60 - e) / 60 <= 9 from e = 6 s of the next window.
+    expect(denied.resetAt).toBe(START + MINUTE + 6_000);
+    await expectFirstAllowedAt(limiter, clock, 'a', 1, denied.resetAt);
+    await expectFirstAllowedAt(limiter, clock, 'a', 4, denied.now + denied.retryAfterMs);
+    await expectFirstAllowedAt(limiter, clock, 'a', 10, all.now + all.retryAfterMs);
   });
 
   test('fixed window, cost 3: until the window ends', async () => {
@@ -134,7 +139,9 @@ describe.each(stores)('exact retryAfterMs on %s', (_name, makeStore) => {
     expect(denied.retryAfterMs).toBe(expected);
     expect(denied.tiers[0].resetAt).toBe(denied.now);
     expect(denied.tiers[1].resetAt).toBe(denied.resetAt);
-    await expectFirstAllowedAt(limiter, clock, 'a', 1, denied.resetAt);
+    // Cost 1 with nothing left: the next unit of quota is exactly what the request waits for.
+    expect(denied.resetAt).toBe(denied.now + denied.retryAfterMs);
+    await expectFirstAllowedAt(limiter, clock, 'a', 1, denied.now + denied.retryAfterMs);
   });
 
   test.each(ALGORITHMS)('%s: every denial and every full allowance in a random sequence gives the exact wait', async (algorithm) => {
@@ -153,14 +160,53 @@ describe.each(stores)('exact retryAfterMs on %s', (_name, makeStore) => {
         clock.advance(random() < 0.5 ? 0 : Math.floor(random() * 1_500));
         const cost = random() < 0.5 ? 1 : Math.floor(random() * (smallest + 1));
         const decision = await limiter.check('r', { cost });
-        expect(decision.resetAt).toBe(Math.max(...decision.tiers.map((tier) => tier.resetAt)));
-        expect(decision.retryAfterMs).toBe(decision.allowed ? 0 : decision.resetAt - decision.now);
-        if (decision.resetAt > decision.now) {
-          await expectFirstAllowedAt(limiter, clock, 'r', cost, decision.resetAt);
+        const binding = decision.tiers[decision.tier];
+        expect(decision.resetAt).toBe(binding.resetAt);
+        expect(binding.retryAfterMs).toBe(Math.max(...decision.tiers.map((tier) => tier.retryAfterMs)));
+        expect(decision.retryAfterMs).toBe(decision.allowed ? 0 : binding.retryAfterMs);
+        // When the next request of this cost fits: after a denial, its own wait; after an allowance, a peek's.
+        const wait = decision.allowed ? (await limiter.peek('r', { cost })).retryAfterMs : decision.retryAfterMs;
+        if (wait > 0) {
+          await expectFirstAllowedAt(limiter, clock, 'r', cost, clock.now() + wait);
           verified++;
         }
       }
     }
     expect(verified).toBeGreaterThan(40);
+  });
+
+  test.each(ALGORITHMS)('%s: the resetAt of each tier is the first moment its remaining quota grows', async (algorithm) => {
+    const random = seeded(0x4e5 + ALGORITHMS.indexOf(algorithm));
+    const limits = [
+      { limit: 3, window: 1_000 },
+      { limit: 10, window: 20_000 },
+    ];
+    const { clock, limiter } = setup(algorithm, limits);
+    let probed = 0;
+    for (let sample = 0; sample < 40; sample++) {
+      // A fresh identifier, a few random checks, then probes of the last decision, forward in time only.
+      const id = `s${sample}`;
+      let decision: Decision | undefined;
+      for (let step = 1 + Math.floor(random() * 8); step > 0; step--) {
+        clock.advance(Math.floor(random() * 700));
+        decision = await limiter.check(id, { cost: 1 + Math.floor(random() * 3) });
+      }
+      const last = decision!;
+      const probes = last.tiers
+        .flatMap((tier, i) => (tier.resetAt === last.now ? [] : [{ i, tier }]))
+        .sort((a, b) => a.tier.resetAt - b.tier.resetAt);
+      for (const [i, tier] of last.tiers.entries())
+        if (tier.resetAt === last.now) expect({ i, estimated: tier.estimated }).toEqual({ i, estimated: 0 });
+      for (const { i, tier } of probes) {
+        if (tier.resetAt - 1 > clock.now()) {
+          clock.set(tier.resetAt - 1);
+          expect({ i, remaining: (await limiter.peek(id, { cost: 0 })).tiers[i].remaining }).toEqual({ i, remaining: tier.remaining });
+        }
+        clock.set(tier.resetAt);
+        expect((await limiter.peek(id, { cost: 0 })).tiers[i].remaining).toBeGreaterThan(tier.remaining);
+        probed++;
+      }
+    }
+    expect(probed).toBeGreaterThan(40);
   });
 });

@@ -26,6 +26,16 @@ const stores: [string, () => Store][] = [
 ];
 const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
 
+/**
+ * How long after a window boundary at which `counted` units were counted the tier's quota
+ * grows again: a fixed window or a log lets them go when the window ends; the sliding window
+ * counter carries them into the next window as `previous`, whose weight then decays, so one
+ * unit's worth is back `window / counted` into it.
+ */
+function firstRelease(algorithm: AlgorithmName, window: number, counted: number): number {
+  return algorithm === 'sliding-window' ? window + Math.ceil(window / counted) : window;
+}
+
 /** The invariants every decision keeps between its tiers and its top-level figures. */
 function expectConsistent(decision: Decision): void {
   expect(decision.tiers).toHaveLength(2);
@@ -35,13 +45,18 @@ function expectConsistent(decision: Decision): void {
   ]);
   for (const tier of decision.tiers) {
     expect(tier.remaining).toBe(Math.max(0, Math.floor(tier.limit - tier.estimated)));
-    expect(tier.resetAt).toBeGreaterThanOrEqual(decision.now);
+    // Reset: when more quota is available. Now when nothing is counted, later when something is,
+    // and never after the moment this tier lets the request through (as the IETF draft asks of Retry-After).
+    if (tier.estimated === 0) expect(tier.resetAt).toBe(decision.now);
+    else expect(tier.resetAt).toBeGreaterThan(decision.now);
+    if (tier.retryAfterMs > 0) expect(tier.resetAt).toBeLessThanOrEqual(decision.now + tier.retryAfterMs);
   }
   const top = decision.tiers[decision.tier];
   expect(decision).toMatchObject({ limit: top.limit, window: top.window, remaining: top.remaining, estimated: top.estimated });
   expect(decision.ratio).toBeCloseTo(top.estimated / top.limit, 12);
-  expect(decision.resetAt).toBe(Math.max(...decision.tiers.map((tier) => tier.resetAt)));
-  expect(decision.retryAfterMs).toBe(decision.allowed ? 0 : decision.resetAt - decision.now);
+  expect(decision.resetAt).toBe(top.resetAt);
+  expect(top.retryAfterMs).toBe(Math.max(...decision.tiers.map((tier) => tier.retryAfterMs)));
+  expect(decision.retryAfterMs).toBe(decision.allowed ? 0 : top.retryAfterMs);
 }
 
 describe.each(stores)('tiers on %s', (_name, makeStore) => {
@@ -73,8 +88,8 @@ describe.each(stores)('tiers on %s', (_name, makeStore) => {
         expect(denied.allowed).toBe(false);
         expect(denied.tier).toBe(0);
         expect(denied.tiers[1].estimated).toBe(3);
-        expect(denied.tiers[1].resetAt).toBe(denied.now); // the 1 h tier alone would allow it now
-        expect(denied.tiers[0].resetAt).toBeGreaterThan(denied.now);
+        expect(denied.tiers[1].retryAfterMs).toBe(0); // the 1 h tier alone would allow it now
+        expect(denied.tiers[0].retryAfterMs).toBe(denied.retryAfterMs);
         expectConsistent(denied);
         clock.advance(10);
       }
@@ -103,19 +118,28 @@ describe.each(stores)('tiers on %s', (_name, makeStore) => {
         remaining: 2,
         estimated: 1,
         retryAfterMs: 0,
-        resetAt: START,
+        resetAt: START + firstRelease(algorithm, 1_000, 1),
       });
       expect(first.tiers).toEqual([
-        { limit: 3, window: 1_000, estimated: 1, remaining: 2, resetAt: START },
-        { limit: 5, window: HOUR, estimated: 1, remaining: 4, resetAt: START },
+        { limit: 3, window: 1_000, estimated: 1, remaining: 2, retryAfterMs: 0, resetAt: START + firstRelease(algorithm, 1_000, 1) },
+        { limit: 5, window: HOUR, estimated: 1, remaining: 4, retryAfterMs: 0, resetAt: START + firstRelease(algorithm, HOUR, 1) },
       ]);
       await limiter.check('u');
       const third = await limiter.check('u');
-      // Allowed, but a next request has to wait for the 1 s tier: resetAt is that moment.
+      // Allowed, and the 1 s tier is spent: a next request must wait, and more quota comes when it may.
       expect(third).toMatchObject({ allowed: true, tier: 0, remaining: 0, retryAfterMs: 0 });
-      expect(third.resetAt).toBeGreaterThan(START);
-      expect(third.tiers[1]).toEqual({ limit: 5, window: HOUR, estimated: 3, remaining: 2, resetAt: START });
+      expect(third.tiers[0].resetAt).toBeGreaterThan(START);
+      expect(third.tiers[1]).toEqual({
+        limit: 5,
+        window: HOUR,
+        estimated: 3,
+        remaining: 2,
+        retryAfterMs: 0,
+        resetAt: START + firstRelease(algorithm, HOUR, 3),
+      });
       expectConsistent(third);
+      // The next request's own wait is when the 1 s tier gives a unit back.
+      expect((await limiter.peek('u')).retryAfterMs).toBe(third.resetAt - START);
 
       // Spend the 1 h tier: two more, each after the 1 s tier has emptied (3 s later).
       for (let i = 4; i <= 5; i++) {
@@ -131,7 +155,7 @@ describe.each(stores)('tiers on %s', (_name, makeStore) => {
       expect(denied.allowed).toBe(false);
       expect(denied.tier).toBe(1);
       expect(denied).toMatchObject({ limit: 5, window: HOUR, remaining: 0, estimated: 5 });
-      expect(denied.tiers[0]).toEqual({ limit: 3, window: 1_000, estimated: 0, remaining: 3, resetAt: denied.now });
+      expect(denied.tiers[0]).toEqual({ limit: 3, window: 1_000, estimated: 0, remaining: 3, retryAfterMs: 0, resetAt: denied.now });
       expect(denied.retryAfterMs).toBeGreaterThan(HOUR - 20_000);
       expect(denied.retryAfterMs).toBeLessThanOrEqual(2 * HOUR);
       expectConsistent(denied);
@@ -158,7 +182,14 @@ describe.each(stores)('tiers on %s', (_name, makeStore) => {
         denyCacheSize: 0,
       });
       const first = await limiter.check('u');
-      expect(first).toMatchObject({ allowed: true, tier: 1, limit: 3, window: HOUR, remaining: 2, resetAt: START });
+      expect(first).toMatchObject({
+        allowed: true,
+        tier: 1,
+        limit: 3,
+        window: HOUR,
+        remaining: 2,
+        resetAt: START + firstRelease(algorithm, HOUR, 1),
+      });
       const peek = await limiter.peek('u', { cost: 0 });
       expect(peek).toMatchObject({ tier: 1, remaining: 2 });
     });

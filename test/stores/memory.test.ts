@@ -14,7 +14,7 @@ describe('MemoryStore boundedness', () => {
   test('1,000,000 distinct identifiers keep size <= maxKeys, fast', async () => {
     const store = new MemoryStore({ sweepIntervalMs: 0 });
     expect(store.maxKeys).toBe(100_000);
-    const check = { now: START, cost: 1, dryRun: false, tiers: [{ limit: 10, window: 60_000 }] };
+    const check = { now: START, cost: 1, dryRun: false, blockFor: 0, tiers: [{ limit: 10, window: 60_000 }] };
     let maxSize = 0;
     for (let i = 0; i < 1_000_000; i++) {
       void store.check(ALGORITHMS['sliding-window'], `id${i}`, check);
@@ -24,10 +24,10 @@ describe('MemoryStore boundedness', () => {
     expect(store.size).toBe(100_000);
     // The most recent identifiers are the ones kept, with their counts; the oldest are gone.
     const peek = (key: string) => store.check(ALGORITHMS['sliding-window'], key, { ...check, cost: 0, dryRun: true });
-    expect((await peek('id999999'))[2]).toBe(60_000); // estimate numerator: 1 unit x window
-    expect((await peek('id900000'))[2]).toBe(60_000);
-    expect((await peek('id899999'))[2]).toBe(0);
-    expect((await peek('id0'))[2]).toBe(0);
+    expect((await peek('id999999'))[3]).toBe(60_000); // estimate numerator: 1 unit x window
+    expect((await peek('id900000'))[3]).toBe(60_000);
+    expect((await peek('id899999'))[3]).toBe(0);
+    expect((await peek('id0'))[3]).toBe(0);
     store.shutdown();
     expect(store.size).toBe(0);
   }, 10_000);
@@ -74,7 +74,8 @@ describe('MemoryStore boundedness', () => {
   test('expired entries are swept: in batches, resuming where the last sweep stopped', () => {
     const store = new MemoryStore({ maxKeys: 100_000, sweepIntervalMs: 0 });
     const tiers = [{ limit: 10, window: 1_000 }];
-    const check = (key: string, now: number) => store.check(ALGORITHMS['sliding-window'], key, { now, cost: 1, dryRun: false, tiers });
+    const check = (key: string, now: number) =>
+      store.check(ALGORITHMS['sliding-window'], key, { now, cost: 1, dryRun: false, blockFor: 0, tiers });
     // 25,000 keys expiring at START + 2 s, then 5,000 expiring at START + 12 s.
     for (let i = 0; i < 25_000; i++) void check(`old${i}`, START);
     for (let i = 0; i < 5_000; i++) void check(`young${i}`, START + 10_000);
@@ -101,8 +102,8 @@ describe('MemoryStore boundedness', () => {
     try {
       const store = new MemoryStore({ sweepIntervalMs: 1_000 });
       const tiers = [{ limit: 10, window: 1_000 }];
-      void store.check(ALGORITHMS['sliding-window'], 'early', { now: START, cost: 1, dryRun: false, tiers });
-      void store.check(ALGORITHMS['sliding-window'], 'late', { now: START + 5_000, cost: 1, dryRun: false, tiers });
+      void store.check(ALGORITHMS['sliding-window'], 'early', { now: START, cost: 1, dryRun: false, blockFor: 0, tiers });
+      void store.check(ALGORITHMS['sliding-window'], 'late', { now: START + 5_000, cost: 1, dryRun: false, blockFor: 0, tiers });
       expect(store.size).toBe(2);
       jest.advanceTimersByTime(999);
       expect(store.size).toBe(2);

@@ -225,7 +225,8 @@ describe('stores', () => {
   test('a custom Store can be passed', () => {
     const custom: Store = {
       needsTimeout: true,
-      check: async () => [1, Date.now(), 1, 1, 0],
+      check: async () => [1, Date.now(), 0, 1, 1, 0, 0],
+      refund: async () => [0],
       reset: async () => {},
     };
     expect(createLimiter).type.toBeCallableWith({ store: custom });
