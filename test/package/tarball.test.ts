@@ -9,8 +9,8 @@
  * - `redis`: with node-redis (`redis`) and without ioredis.
  *
  * npm installs from its cache when it can (`--prefer-offline`), asking for the versions
- * installed in this repository. Scripts and type checks of a project start as soon as it
- * is installed and run side by side; each test awaits its own.
+ * installed in this repository. The scripts and type checks of a project start as soon as
+ * it is installed and run side by side; the tests then look at their results.
  */
 import { execFile } from 'node:child_process';
 import {
@@ -67,13 +67,13 @@ interface Result {
 }
 
 /**
- * Runs a command to its end; never rejects. The `npm_*` variables that `npm test` sets are
- * left out, so that an npm started here sees only the project it runs in.
+ * Runs a command to its end, killed after 90 s; never rejects. The `npm_*` variables that
+ * `npm test` sets are left out, so that an npm started here sees only the project it runs in.
  */
 function run(command: string, args: string[], cwd: string): Promise<Result> {
   const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !/^npm_/i.test(key) && key !== 'INIT_CWD'));
   return new Promise((done) => {
-    execFile(command, args, { cwd, env, maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
+    execFile(command, args, { cwd, env, maxBuffer: 64 * 1024 * 1024, timeout: 90_000, killSignal: 'SIGKILL' }, (error, stdout, stderr) => {
       done({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout, stderr });
     });
   });
@@ -151,7 +151,7 @@ describe('the packed tarball, installed with npm', () => {
   const scripts: Record<string, Promise<unknown>> = {};
   const typeChecks: Record<string, Promise<TypeCheck>> = {};
 
-  /** Starts `task` now; a failure is reported by the test that awaits it. */
+  /** Starts `task` now; a failure is reported by the test that looks at its result. */
   function start<T>(task: Promise<T>): Promise<T> {
     task.catch(() => {});
     return task;
@@ -175,6 +175,8 @@ describe('the packed tarball, installed with npm', () => {
         }
       }),
     );
+    // Waited for here, under this hook's timeout, rather than under each test's.
+    await Promise.allSettled([...Object.values(scripts), ...Object.values(typeChecks)]);
   }, 120_000);
 
   afterAll(() => {
