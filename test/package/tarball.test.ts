@@ -1,0 +1,262 @@
+/**
+ * The package as its users get it: builds dist/, packs the tarball and installs it with
+ * `npm install <tarball>` (a real install, not a link to this repository) into temporary
+ * projects, then uses it from the files of fixtures/:
+ *
+ * - `full`: with express, fastify, ioredis and their types: all three entries type-checked
+ *   with module nodenext and with moduleResolution bundler, and a RedisStore over ioredis;
+ * - `bare`: the tarball alone, as a MemoryStore user installs it;
+ * - `redis`: with node-redis (`redis`) and without ioredis.
+ *
+ * npm installs from its cache when it can (`--prefer-offline`), asking for the versions
+ * installed in this repository. The scripts and type checks of a project start as soon as
+ * it is installed and run side by side; the tests then look at their results.
+ */
+import { execFile } from 'node:child_process';
+import {
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+const root = resolve(__dirname, '../..');
+const fixtures = join(__dirname, 'fixtures');
+const tsc = join(root, 'node_modules/typescript/bin/tsc');
+const NAME = 'sliding-window-limiter';
+
+/** Packages installed next to the tarball in each project. */
+const PROJECTS = {
+  full: ['ioredis', 'express', '@types/express', 'fastify', '@types/node'],
+  bare: [],
+  redis: ['redis'],
+} as const satisfies Record<string, readonly string[]>;
+type Project = keyof typeof PROJECTS;
+const PROJECT_NAMES = Object.keys(PROJECTS) as Project[];
+
+const COMPILER_OPTIONS = { target: 'es2022', strict: true, skipLibCheck: false, noEmit: true };
+const TSCONFIGS = {
+  nodenext: {
+    compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
+    // A .cts file imports through `require`: it gets the CommonJS declarations.
+    files: ['all-entries.ts', 'all-entries.cts', 'wrong-options.ts'],
+  },
+  bundler: {
+    compilerOptions: { ...COMPILER_OPTIONS, module: 'esnext', moduleResolution: 'bundler' },
+    files: ['all-entries.ts', 'wrong-options.ts'],
+  },
+  memory: {
+    compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
+    files: ['memory-only.ts', 'memory-only.cts'],
+  },
+};
+type TsConfig = keyof typeof TSCONFIGS;
+
+interface Result {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs a command to its end, killed after 90 s; never rejects. The `npm_*` variables that
+ * `npm test` sets are left out, so that an npm started here sees only the project it runs in.
+ */
+function run(command: string, args: string[], cwd: string): Promise<Result> {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !/^npm_/i.test(key) && key !== 'INIT_CWD'));
+  return new Promise((done) => {
+    execFile(command, args, { cwd, env, maxBuffer: 64 * 1024 * 1024, timeout: 90_000, killSignal: 'SIGKILL' }, (error, stdout, stderr) => {
+      done({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+function succeeded(what: string, result: Result): Result {
+  if (result.code !== 0) throw new Error(`${what} exited with ${result.code}:\n${result.stdout}\n${result.stderr}`);
+  return result;
+}
+
+/** `name@version` of the version installed in this repository. */
+function installedSpec(name: string): string {
+  const { version } = JSON.parse(readFileSync(join(root, 'node_modules', name, 'package.json'), 'utf8')) as { version: string };
+  return `${name}@${version}`;
+}
+
+async function createProject(work: string, tarball: string, project: Project): Promise<string> {
+  const dir = join(work, project);
+  mkdirSync(dir);
+  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: `tarball-test-${project}`, private: true, type: 'module' }));
+  for (const file of readdirSync(fixtures)) copyFileSync(join(fixtures, file), join(dir, file));
+  for (const [name, tsconfig] of Object.entries(TSCONFIGS)) writeFileSync(join(dir, `tsconfig.${name}.json`), JSON.stringify(tsconfig));
+  const install = ['install', tarball, ...PROJECTS[project].map(installedSpec), '--prefer-offline', '--no-audit', '--no-fund'];
+  succeeded(`npm install in the ${project} project`, await run('npm', install, dir));
+  return dir;
+}
+
+/** What fixtures/entries.mjs and entries.cjs print. */
+interface EntriesReport {
+  files: string[];
+  exports: string[][];
+  allowed: boolean[];
+  timeoutIsRateLimitTimeoutError: boolean;
+  sameMemoryStore: boolean;
+  plugin: string;
+}
+
+async function runScript(dir: string, file: string): Promise<unknown> {
+  const { stdout } = succeeded(`node ${file}`, await run(process.execPath, [file], dir));
+  return JSON.parse(stdout);
+}
+
+interface TypeCheck {
+  /** The error lines tsc printed (`--pretty false`), file names relative to the project. */
+  errors: string[];
+  /** The files of the program (`--listFiles`). */
+  files: string[];
+}
+
+async function typeCheck(dir: string, tsconfig: TsConfig): Promise<TypeCheck> {
+  const { stdout, stderr } = await run(process.execPath, [tsc, '-p', `tsconfig.${tsconfig}.json`, '--pretty', 'false', '--listFiles'], dir);
+  const lines = `${stdout}\n${stderr}`.split('\n');
+  return {
+    errors: lines.filter((line) => /\berror TS\d+:/.test(line)),
+    files: lines.filter((line) => line.startsWith('/')).map((file) => realpathSync(file)),
+  };
+}
+
+/** `file:line TSxxxx` for each `// expect TSxxxx` comment in a fixture. */
+function markedErrors(file: string): string[] {
+  return readFileSync(join(fixtures, file), 'utf8')
+    .split('\n')
+    .flatMap((line, index) => [...line.matchAll(/\/\/ expect (TS\d+)/g)].map((match) => `${file}:${index + 1} ${match[1]}`));
+}
+
+/** `file:line TSxxxx` of an error line, or the whole line when it names no file. */
+function located(error: string): string {
+  const match = /^(.*)\((\d+),\d+\): error (TS\d+):/.exec(error);
+  return match ? `${match[1]}:${match[2]} ${match[3]}` : error;
+}
+
+describe('the packed tarball, installed with npm', () => {
+  let work: string;
+  const projects = {} as Record<Project, string>;
+  const scripts: Record<string, Promise<unknown>> = {};
+  const typeChecks: Record<string, Promise<TypeCheck>> = {};
+
+  /** Starts `task` now; a failure is reported by the test that looks at its result. */
+  function start<T>(task: Promise<T>): Promise<T> {
+    task.catch(() => {});
+    return task;
+  }
+
+  beforeAll(async () => {
+    work = realpathSync(mkdtempSync(join(tmpdir(), 'swl-tarball-')));
+    succeeded('npm run build', await run(process.execPath, [join(root, 'scripts/build.mjs')], root));
+    const packed = succeeded('npm pack', await run('npm', ['pack', '--json', '--pack-destination', work], root));
+    const tarball = join(work, (JSON.parse(packed.stdout) as { filename: string }[])[0].filename);
+    await Promise.all(
+      PROJECT_NAMES.map(async (project) => {
+        const dir = await createProject(work, tarball, project);
+        projects[project] = dir;
+        for (const file of ['entries.mjs', 'entries.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
+        if (project === 'full') {
+          for (const file of ['ioredis.mjs', 'ioredis.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
+          for (const tsconfig of ['nodenext', 'bundler'] as const) typeChecks[`${project}/${tsconfig}`] = start(typeCheck(dir, tsconfig));
+        } else {
+          typeChecks[`${project}/memory`] = start(typeCheck(dir, 'memory'));
+        }
+      }),
+    );
+    // Waited for here, under this hook's timeout, rather than under each test's.
+    await Promise.allSettled([...Object.values(scripts), ...Object.values(typeChecks)]);
+  }, 120_000);
+
+  afterAll(() => {
+    if (work) rmSync(work, { recursive: true, force: true });
+  });
+
+  function installed(project: Project, ...path: string[]): string {
+    return join(projects[project], 'node_modules', NAME, ...path);
+  }
+
+  test('is installed as files, with fastify-plugin and none of its optional peers', () => {
+    expect(lstatSync(installed('bare')).isDirectory()).toBe(true);
+    expect(lstatSync(installed('bare')).isSymbolicLink()).toBe(false);
+    const { dependencies } = JSON.parse(readFileSync(installed('bare', 'package.json'), 'utf8')) as { dependencies: object };
+    expect(Object.keys(dependencies)).toEqual(['fastify-plugin']);
+    const modules = join(projects.bare, 'node_modules');
+    expect(existsSync(join(modules, 'fastify-plugin'))).toBe(true);
+    expect(['ioredis', 'redis', 'express', 'fastify'].filter((peer) => existsSync(join(modules, peer)))).toEqual([]);
+    expect(existsSync(join(projects.redis, 'node_modules', 'ioredis'))).toBe(false);
+    expect(existsSync(join(projects.redis, 'node_modules', 'redis'))).toBe(true);
+  });
+
+  describe.each(PROJECT_NAMES)('in the %s project', (project) => {
+    const works = { allowed: [true, false], timeoutIsRateLimitTimeoutError: true, sameMemoryStore: true, plugin: 'function' };
+
+    test('import gets the ES module build, with real named exports only, and a check through the MemoryStore works', async () => {
+      const report = (await scripts[`${project}/entries.mjs`]) as EntriesReport;
+      expect(report.files).toEqual(['index.mjs', 'express.mjs', 'fastify.mjs'].map((file) => installed(project, 'dist', file)));
+      for (const keys of report.exports) {
+        expect(keys).toEqual(expect.arrayContaining(['MemoryStore', 'RedisStore', 'StoreUnavailableError', 'byIp']));
+        expect(keys).not.toContain('default');
+        expect(keys).not.toContain('__esModule');
+      }
+      expect(report.exports[0]).toEqual(expect.arrayContaining(['createLimiter', 'RateLimitTimeoutError']));
+      expect(report.exports[1]).toContain('rateLimit');
+      expect(report.exports[2]).toContain('rateLimitPlugin');
+      expect(report).toMatchObject(works);
+    });
+
+    test('require gets the CommonJS build, with the same exports, and a check through the MemoryStore works', async () => {
+      const report = (await scripts[`${project}/entries.cjs`]) as EntriesReport;
+      expect(report.files).toEqual(['index.cjs', 'express.cjs', 'fastify.cjs'].map((file) => installed(project, 'dist', file)));
+      expect(report.exports).toEqual(((await scripts[`${project}/entries.mjs`]) as EntriesReport).exports);
+      expect(report).toMatchObject(works);
+    });
+  });
+
+  test.each(['ioredis.mjs', 'ioredis.cjs'])('with ioredis installed, %s makes a RedisStore over an ioredis client', async (file) => {
+    expect(await scripts[`full/${file}`]).toEqual({ redisStore: true, status: 'wait' });
+  });
+
+  describe.each([
+    ['nodenext', ['index.d.mts', 'express.d.mts', 'fastify.d.mts', 'index.d.cts', 'express.d.cts', 'fastify.d.cts'], []],
+    ['bundler', ['index.d.mts', 'express.d.mts', 'fastify.d.mts'], ['index.d.cts', 'express.d.cts', 'fastify.d.cts']],
+  ])('TypeScript 5.9 with module resolution %s, strict, skipLibCheck false', (tsconfig, loaded, notLoaded) => {
+    const marked = markedErrors('wrong-options.ts');
+
+    test('type-checks all three entries, express, fastify and a RedisStore over ioredis, with the declarations of the importing format', async () => {
+      const check = await typeChecks[`full/${tsconfig}`];
+      expect(check.errors.filter((error) => !marked.includes(located(error)))).toEqual([]);
+      const files = (names: string[]) => names.map((name) => installed('full', 'dist', name));
+      expect(check.files).toEqual(expect.arrayContaining(files(loaded)));
+      expect(check.files.filter((file) => files(notLoaded).includes(file))).toEqual([]);
+    });
+
+    test('reports options of the wrong type', async () => {
+      const check = await typeChecks[`full/${tsconfig}`];
+      expect(marked).toHaveLength(2);
+      expect(marked.filter((location) => !check.errors.some((error) => located(error) === location))).toEqual([]);
+    });
+  });
+
+  // Fails while the declarations name ioredis types (src/stores/redis.ts imports its client
+  // types from ioredis): a project without ioredis cannot resolve them.
+  test.each(['bare', 'redis'] as const)(
+    'without ioredis (%s project), a file using only the MemoryStore type-checks with skipLibCheck false',
+    async (project) => {
+      const check = await typeChecks[`${project}/memory`];
+      expect(check.files).toEqual(expect.arrayContaining(['index.d.mts', 'index.d.cts'].map((file) => installed(project, 'dist', file))));
+      expect(check.errors).toEqual([]);
+    },
+  );
+});
