@@ -66,11 +66,13 @@ describe.each([
       const first = await request(app).get('/a').expect(200, 'route /a');
       expect(first.headers['x-ratelimit-limit']).toBe('2');
       expect(first.headers['x-ratelimit-remaining']).toBe('1');
-      // Another request still fits: resetAt is now.
-      expect(first.headers['x-ratelimit-reset']).toBe(String(START / 1000));
+      // Reset: when quota next grows. The one unit counted weighs until the next window has passed
+      // (sliding window counter: it becomes 'previous' and decays), so at 2 x 10 s.
+      expect(decisions[0].resetAt).toBe(START + 20_000);
+      expect(first.headers['x-ratelimit-reset']).toBe(String((START + 20_000) / 1000));
       const second = await request(app).get('/a').expect(200);
       expect(second.headers['x-ratelimit-remaining']).toBe('0');
-      // Full: the next request fits 5 s into the next window, when the 2 previous weigh 1.
+      // Full: a unit comes back (and the next request fits) 5 s into the next window, when the 2 previous weigh 1.
       expect(decisions[1].resetAt).toBe(START + 15_000);
       expect(second.headers['x-ratelimit-reset']).toBe(String((START + 15_000) / 1000));
       expect(second.headers['retry-after']).toBeUndefined();
@@ -80,7 +82,7 @@ describe.each([
     test("resetFormat 'delta': X-RateLimit-Reset in seconds from now", async () => {
       const { middleware } = limiter({ resetFormat: 'delta' });
       const { app } = appWith(middleware);
-      expect((await request(app).get('/').expect(200)).headers['x-ratelimit-reset']).toBe('0');
+      expect((await request(app).get('/').expect(200)).headers['x-ratelimit-reset']).toBe('20');
       expect((await request(app).get('/').expect(200)).headers['x-ratelimit-reset']).toBe('15');
     });
 
@@ -209,6 +211,7 @@ describe.each([
     });
 
     test("headers: 'draft-6', 'draft-7', 'ietf' and arrays of styles", async () => {
+      // One unit counted: the reset (when quota grows again) is 20 s away, as for X-RateLimit-Reset.
       const cases: [ExpressRateLimitOptions['headers'], Record<string, string | undefined>][] = [
         [
           'draft-6',
@@ -216,13 +219,13 @@ describe.each([
             'ratelimit-policy': '2;w=10',
             'ratelimit-limit': '2',
             'ratelimit-remaining': '1',
-            'ratelimit-reset': '0',
+            'ratelimit-reset': '20',
             'x-ratelimit-limit': undefined,
           },
         ],
-        ['draft-7', { 'ratelimit-policy': '2;w=10', ratelimit: 'limit=2, remaining=1, reset=0', 'x-ratelimit-limit': undefined }],
-        ['ietf', { 'ratelimit-policy': '"default";q=2;w=10', ratelimit: '"default";r=1;t=0', 'x-ratelimit-limit': undefined }],
-        [['legacy', 'draft-7'], { ratelimit: 'limit=2, remaining=1, reset=0', 'x-ratelimit-limit': '2', 'x-ratelimit-remaining': '1' }],
+        ['draft-7', { 'ratelimit-policy': '2;w=10', ratelimit: 'limit=2, remaining=1, reset=20', 'x-ratelimit-limit': undefined }],
+        ['ietf', { 'ratelimit-policy': '"default";q=2;w=10', ratelimit: '"default";r=1;t=20', 'x-ratelimit-limit': undefined }],
+        [['legacy', 'draft-7'], { ratelimit: 'limit=2, remaining=1, reset=20', 'x-ratelimit-limit': '2', 'x-ratelimit-remaining': '1' }],
       ];
       for (const [headers, expected] of cases) {
         const { middleware } = limiter({ headers });

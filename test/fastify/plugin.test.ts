@@ -69,7 +69,8 @@ describe('global limiting', () => {
     expect(first.json()).toEqual({ route: '/a' });
     expect(first.headers['x-ratelimit-limit']).toBe('2');
     expect(first.headers['x-ratelimit-remaining']).toBe('1');
-    expect(first.headers['x-ratelimit-reset']).toBe(String(START / 1000));
+    // One unit counted: quota grows again once it has stopped weighing, two windows on.
+    expect(first.headers['x-ratelimit-reset']).toBe(String((START + 2 * WINDOW) / 1000));
     // A different route counts against the same quota.
     const second = await get(app, '/b');
     expect(second.headers['x-ratelimit-remaining']).toBe('0');
@@ -145,7 +146,9 @@ describe('global limiting', () => {
     app.get('/', handler);
     const response = await get(app, '/');
     expect(response.headers['ratelimit-policy']).toBe('"1s";q=10;w=1, "1m";q=3;w=60');
-    expect(response.headers.ratelimit).toBe('"1s";r=9;t=0, "1m";r=2;t=0');
+    // One unit in each tier weighs until the end of the window after the current one.
+    const minuteReset = (Math.floor(START / 60_000) + 2) * 60_000;
+    expect(response.headers.ratelimit).toBe(`"1s";r=9;t=2, "1m";r=2;t=${(minuteReset - START) / 1000}`);
     expect(response.headers['x-ratelimit-limit']).toBeUndefined();
   });
 
@@ -272,7 +275,7 @@ describe('per-route config.rateLimit', () => {
     const { app, prefix, handler } = await setup({ limit: 3 });
     app.get('/global', handler);
     app.get('/tuned', { config: { rateLimit: { failMode: 'closed', headers: 'draft-7', statusCode: 503, message: 'busy' } } }, handler);
-    expect((await get(app, '/tuned')).headers.ratelimit).toBe('limit=3, remaining=2, reset=0');
+    expect((await get(app, '/tuned')).headers.ratelimit).toBe(`limit=3, remaining=2, reset=${(2 * WINDOW) / 1000}`);
     expect((await get(app, '/global')).headers['x-ratelimit-remaining']).toBe('1');
     expect(await client.exists(`${prefix}:GET:/tuned:client`)).toBe(0);
   });
