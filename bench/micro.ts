@@ -70,6 +70,8 @@ async function main(): Promise<void> {
         attach() {},
         deny: (_request, _response, _denial, proceed) => proceed(),
         unavailable() {},
+        whenDone() {},
+        statusOf: () => 200,
       };
       const allow = new HttpLimiter({ store, limit: 1e9, window: '1m', prefix: `${run}-allow`, identify }, port);
       const deny = new HttpLimiter({ store, limit: 1, window: '1m', prefix: `${run}-deny`, identify }, port);

@@ -22,6 +22,8 @@ export const CODES = {
   SWL_TIMEOUT: 'The store did not answer within `timeoutMs` (a `RateLimitTimeoutError`).',
   SWL_STORE_UNAVAILABLE: 'The Redis connection is down, or was lost before a check was answered (a `StoreUnavailableError`).',
   SWL_SHARED_PREFIX: 'Warning: two limiters with different limits share one store and one prefix, so they count into the same keys.',
+  SWL_UNTRUSTED_FORWARDED:
+    "Warning: a request carried X-Forwarded-For or Forwarded while the framework's `ip` was the socket's own peer: behind a proxy without Express's `trust proxy` or Fastify's `trustProxy`, every client shares one quota.",
   SWL_IOREDIS_QUEUE_UNSUPPORTED:
     "Warning: this ioredis version's command queue does not have the shape the store knows, so checks unanswered when a connection drops may still be counted after it reconnects.",
 } as const;

@@ -14,7 +14,7 @@ import { checkOptions, keysOf } from './options/validate';
 import type { Decision, Limiter } from './types';
 
 /** Options of {@link rateLimit}: the shared HTTP options, plus `handler`. */
-export interface ExpressRateLimitOptions extends HttpOptions<Request> {
+export interface ExpressRateLimitOptions extends HttpOptions<Request, Response> {
   /**
    * Answers a denied request yourself instead of the default 429. Headers and
    * `Retry-After` are already set when it is called.
@@ -60,6 +60,13 @@ function expressPort(handler: ExpressRateLimitOptions['handler']): HttpPort<Requ
     },
     unavailable(response) {
       response.status(503).json(SERVICE_UNAVAILABLE);
+    },
+    whenDone(response, done) {
+      // 'close' comes after 'finish' for a response sent in full, and alone when the client went away.
+      response.once('close', () => done(response.writableFinished));
+    },
+    statusOf(response) {
+      return response.statusCode;
     },
   };
 }

@@ -30,7 +30,7 @@ import type { Decision, Limiter, LimiterOptions } from './types';
 export type RateLimitHook = 'onRequest' | 'preValidation' | 'preHandler';
 
 /** Per-route settings in `config.rateLimit`: any shared HTTP option, or `hook`, overriding the plugin's. */
-export interface RouteRateLimitOptions extends HttpOptions<FastifyRequest> {
+export interface RouteRateLimitOptions extends HttpOptions<FastifyRequest, FastifyReply> {
   /**
    * The hook the check runs in. `'onRequest'` (default) is the earliest and cheapest: a
    * denied request is answered before its body is read. `'preValidation'` or
@@ -95,6 +95,14 @@ const fastifyPort: HttpPort<FastifyRequest, FastifyReply> = {
   },
   unavailable(reply) {
     reply.code(503).send(SERVICE_UNAVAILABLE);
+  },
+  whenDone(reply, done) {
+    // The raw response rather than the onResponse hook: onResponse never runs for a client that
+    // went away before the response was sent, and such a request counts as failed.
+    reply.raw.once('close', () => done(reply.raw.writableFinished));
+  },
+  statusOf(reply) {
+    return reply.statusCode;
   },
 };
 

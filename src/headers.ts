@@ -62,14 +62,59 @@ function windowLabel(window: number): string {
   return `${window}ms`;
 }
 
+/** The policy fields of a set of tiers, formatted once. */
+interface Policies {
+  /** `RateLimit-Policy` of draft 6 and 7: `100;w=60, 1000;w=3600`. */
+  readonly plain: string;
+  /** Quoted item names of the `ietf` style, one per tier. */
+  readonly names: readonly string[];
+  /** `RateLimit-Policy` of the `ietf` style. */
+  readonly ietf: string;
+}
+
+function policiesOf(tiers: readonly Tier[]): Policies {
+  const names = policyNames(tiers).map((name) => `"${name}"`);
+  return {
+    plain: tiers.map((tier) => `${tier.limit};w=${windowSeconds(tier.window)}`).join(', '),
+    names,
+    ietf: tiers.map((tier, i) => `${names[i]};q=${tier.limit};w=${windowSeconds(tier.window)}`).join(', '),
+  };
+}
+
+/** Most distinct tier sets (plans) whose policies are kept formatted when limits depend on the request. */
+const POLICY_CACHE_SIZE = 256;
+
 /**
- * Builds the header writer for a limiter's tiers once, so a request only formats the
- * numbers that change.
+ * The policies of a decision's tiers: fixed ones formatted once, or, for limits that depend
+ * on the request, formatted once per distinct set of tiers.
+ */
+function policyLookup(tiers: readonly Tier[] | undefined): (decision: Decision) => Policies {
+  if (tiers !== undefined) {
+    const fixed = policiesOf(tiers);
+    return () => fixed;
+  }
+  const formatted = new Map<string, Policies>();
+  return (decision) => {
+    let key = '';
+    for (const tier of decision.tiers) key += `${tier.limit}/${tier.window} `;
+    let policies = formatted.get(key);
+    if (policies === undefined) {
+      if (formatted.size >= POLICY_CACHE_SIZE) formatted.clear();
+      policies = policiesOf(decision.tiers);
+      formatted.set(key, policies);
+    }
+    return policies;
+  };
+}
+
+/**
+ * Builds the header writer once, so a request only formats the numbers that change. `tiers`
+ * are the limiter's fixed tiers, or undefined when they depend on the request.
  */
 export function createHeaderWriter(
   option: HeadersOption | undefined,
   resetFormat: ResetFormat | undefined,
-  tiers: readonly Tier[],
+  tiers: readonly Tier[] | undefined,
 ): HeaderWriter | undefined {
   const format = oneOf(resetFormat ?? 'epoch', ['epoch', 'delta'] as const, 'resetFormat');
   const chosen =
@@ -97,8 +142,8 @@ function customWriter(format: HeaderFormat): HeaderWriter {
   return (decision, target, set) => format(decision, (name, value) => set(target, name, value));
 }
 
-function styleWriter(style: HeaderStyle, resetFormat: ResetFormat, tiers: readonly Tier[]): HeaderWriter {
-  const policy = tiers.map((tier) => `${tier.limit};w=${windowSeconds(tier.window)}`).join(', ');
+function styleWriter(style: HeaderStyle, resetFormat: ResetFormat, tiers: readonly Tier[] | undefined): HeaderWriter {
+  const policies = policyLookup(tiers);
   switch (style) {
     case 'legacy':
       return (decision, target, set) => {
@@ -112,14 +157,14 @@ function styleWriter(style: HeaderStyle, resetFormat: ResetFormat, tiers: readon
       };
     case 'draft-6':
       return (decision, target, set) => {
-        set(target, 'RateLimit-Policy', policy);
+        set(target, 'RateLimit-Policy', policies(decision).plain);
         set(target, 'RateLimit-Limit', String(decision.limit));
         set(target, 'RateLimit-Remaining', String(decision.remaining));
         set(target, 'RateLimit-Reset', String(secondsUntil(decision.resetAt, decision.now)));
       };
     case 'draft-7':
       return (decision, target, set) => {
-        set(target, 'RateLimit-Policy', policy);
+        set(target, 'RateLimit-Policy', policies(decision).plain);
         set(
           target,
           'RateLimit',
@@ -127,10 +172,9 @@ function styleWriter(style: HeaderStyle, resetFormat: ResetFormat, tiers: readon
         );
       };
     case 'ietf': {
-      const names = policyNames(tiers).map((name) => `"${name}"`);
-      const ietfPolicy = tiers.map((tier, i) => `${names[i]};q=${tier.limit};w=${windowSeconds(tier.window)}`).join(', ');
       return (decision, target, set) => {
-        set(target, 'RateLimit-Policy', ietfPolicy);
+        const { names, ietf } = policies(decision);
+        set(target, 'RateLimit-Policy', ietf);
         let value = '';
         for (let i = 0; i < decision.tiers.length; i++) {
           const tier = decision.tiers[i];

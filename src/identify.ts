@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
-import { OptionError } from './errors';
+import { OptionError, warn } from './errors';
 import { checkOptions, describeValue, keysOf } from './options/validate';
 
 /** The parts of an Express `Request` or Fastify `FastifyRequest` the built-in identifiers read. */
@@ -14,12 +14,15 @@ export interface RequestLike {
  * Finds who a request counts against. Returns the identifier, or nothing (`undefined`,
  * `null`, `''`) when it cannot tell, in which case the next identifier in a list is tried.
  */
-export type Identify<Req = RequestLike> = (request: Req) => string | number | undefined | null;
+export type Identify<Req = RequestLike> = (request: Req) => IdentifierAnswer | PromiseLike<IdentifierAnswer>;
+
+/** What an {@link Identify} function answers: an identifier, or nothing. */
+export type IdentifierAnswer = string | number | undefined | null;
 
 /** One identifier function, or a list tried in order: the first non-empty answer wins. */
 export type IdentifyOption<Req = RequestLike> = Identify<Req> | readonly Identify<Req>[];
 
-const BY_IP_OPTIONS = keysOf<ByIpOptions>({ ipv6Subnet: true });
+const BY_IP_OPTIONS = keysOf<ByIpOptions>({ ipv6Subnet: true, warnOnForwarded: true });
 const BY_API_KEY_OPTIONS = keysOf<ByApiKeyOptions>({ header: true });
 /** The default `ipv6Subnet` of {@link byIp}: the prefix length commonly allocated to one customer. */
 export const DEFAULT_IPV6_SUBNET = 56;
@@ -37,6 +40,27 @@ export interface ByIpOptions {
    * from 1 to 128, or `false` to use full addresses. Default `56`.
    */
   ipv6Subnet?: number | false;
+  /**
+   * Warn (`SWL_UNTRUSTED_FORWARDED`, once per process) when a request carries
+   * `X-Forwarded-For` or `Forwarded` while the framework's `ip` is the socket's own peer:
+   * behind a proxy without Express's `trust proxy` or Fastify's `trustProxy`, every client
+   * would share the proxy's quota. The header itself is never read. Default `true`.
+   */
+  warnOnForwarded?: boolean;
+}
+
+/** Whether the untrusted-proxy warning was emitted in this process. */
+let forwardedWarned = false;
+
+function warnIfForwardedUntrusted(request: RequestLike, ip: string): void {
+  const { headers } = request;
+  if (headers === undefined || (headers['x-forwarded-for'] === undefined && headers.forwarded === undefined)) return;
+  if (ip !== request.socket?.remoteAddress) return;
+  forwardedWarned = true;
+  warn(
+    'SWL_UNTRUSTED_FORWARDED',
+    `A request came with X-Forwarded-For or Forwarded, but its ip is the connection's own peer (${ip}): behind a proxy or load balancer, every client then shares the proxy's rate limit. Set Express's 'trust proxy' or Fastify's 'trustProxy' to the proxies you run (or pass byIp({ warnOnForwarded: false }) if clients reach the app directly).`,
+  );
 }
 
 /**
@@ -52,9 +76,14 @@ export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
   if (subnet !== false && (typeof subnet !== 'number' || !Number.isInteger(subnet) || subnet < 1 || subnet > 128)) {
     throw new OptionError('SWL_INVALID_NUMBER', `ipv6Subnet: must be an integer from 1 to 128 or false, got ${describeValue(subnet)}`);
   }
+  const warnOnForwarded = options.warnOnForwarded ?? true;
+  if (typeof warnOnForwarded !== 'boolean') {
+    throw new OptionError('SWL_INVALID_CHOICE', `warnOnForwarded: must be true or false, got ${describeValue(warnOnForwarded)}`);
+  }
   return function identifyByIp(request) {
     const ip = request.ip ?? request.socket?.remoteAddress;
     if (!ip) return undefined;
+    if (warnOnForwarded && !forwardedWarned) warnIfForwardedUntrusted(request, ip);
     return `ip:${normalizeIp(ip, subnet)}`;
   };
 }
@@ -65,12 +94,13 @@ export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
  *
  * @example byUser((req) => req.user?.id)
  */
-export function byUser<Req = RequestLike>(userId: (request: Req) => string | number | undefined | null): Identify<Req> {
+export function byUser<Req = RequestLike>(userId: (request: Req) => IdentifierAnswer | PromiseLike<IdentifierAnswer>): Identify<Req> {
   if (typeof userId !== 'function')
     throw new OptionError('SWL_INVALID_FUNCTION', `byUser: expected a function returning the user id, got ${describeValue(userId)}`);
+  const prefixed = (id: IdentifierAnswer): string | undefined => (id === undefined || id === null || id === '' ? undefined : `user:${id}`);
   return function identifyByUser(request) {
     const id = userId(request);
-    return id === undefined || id === null || id === '' ? undefined : `user:${id}`;
+    return isPromiseLike(id) ? Promise.resolve(id).then(prefixed) : prefixed(id);
   };
 }
 
@@ -100,10 +130,14 @@ export function byApiKey(options: ByApiKeyOptions = {}): Identify<RequestLike> {
 }
 
 /**
- * Turns the `identify` option into one function that always returns an identifier:
- * lists are tried in order, and a request nothing identifies counts as {@link ANONYMOUS}.
+ * Turns the `identify` option into one function that always answers an identifier (or a
+ * promise of one, when an identify function is async): lists are tried in order, and a
+ * request nothing identifies counts as {@link ANONYMOUS}.
  */
-export function resolveIdentify<Req>(option: IdentifyOption<Req> | undefined, fallback: Identify<Req>): (request: Req) => string {
+export function resolveIdentify<Req>(
+  option: IdentifyOption<Req> | undefined,
+  fallback: Identify<Req>,
+): (request: Req) => string | Promise<string> {
   const list: readonly Identify<Req>[] = option === undefined ? [fallback] : Array.isArray(option) ? option : [option as Identify<Req>];
   if (list.length === 0 || list.some((fn) => typeof fn !== 'function')) {
     throw new OptionError(
@@ -111,17 +145,31 @@ export function resolveIdentify<Req>(option: IdentifyOption<Req> | undefined, fa
       'identify: must be a function or a non-empty array of functions (e.g. byIp(), byUser(fn), byApiKey())',
     );
   }
-  if (list.length === 1) {
-    const only = list[0];
-    return (request) => present(only(request)) ?? ANONYMOUS;
-  }
-  return (request) => {
-    for (const identify of list) {
-      const id = present(identify(request));
+  const from = (request: Req, start: number): string | Promise<string> => {
+    for (let i = start; i < list.length; i++) {
+      const answer = list[i](request);
+      if (isPromiseLike(answer)) {
+        return Promise.resolve(answer).then((settled) => present(settled) ?? from(request, i + 1));
+      }
+      const id = present(answer);
       if (id !== undefined) return id;
     }
     return ANONYMOUS;
   };
+  if (list.length === 1) {
+    const only = list[0];
+    return (request) => {
+      const answer = only(request);
+      return isPromiseLike(answer)
+        ? Promise.resolve(answer).then((settled) => present(settled) ?? ANONYMOUS)
+        : (present(answer) ?? ANONYMOUS);
+    };
+  }
+  return (request) => from(request, 0);
+}
+
+function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }
 
 function present(id: unknown): string | undefined {

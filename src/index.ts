@@ -1,8 +1,8 @@
 export type { AlgorithmName, AlgorithmScripts, RawReply, Script, Tier } from './algorithms/types';
 export { CODES, type Code, OptionError, RateLimitTimeoutError, StoreUnavailableError } from './errors';
 export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './headers';
-export type { FailMode, HttpOptions } from './http/options';
-export type { ByApiKeyOptions, ByIpOptions, Identify, IdentifyOption, RequestLike } from './identify';
+export type { Awaitable, FailMode, HttpOptions } from './http/options';
+export type { ByApiKeyOptions, ByIpOptions, IdentifierAnswer, Identify, IdentifyOption, RequestLike } from './identify';
 export { ANONYMOUS, byApiKey, byIp, byUser } from './identify';
 export { createLimiter } from './limiter';
 export type { IoredisClient } from './stores/ioredis';

@@ -27,7 +27,8 @@ export class RateLimiter implements Limiter {
   readonly timeoutMs: number;
   private readonly scripts: AlgorithmScripts;
   private readonly clock: (() => number) | undefined;
-  private readonly smallestLimit: number;
+  /** The smallest limit among `tiers`: no single request may cost more. */
+  readonly smallestLimit: number;
   private readonly denyCache: DenyCache | undefined;
   private readonly keyPrefix: string;
 

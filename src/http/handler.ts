@@ -1,13 +1,16 @@
 /**
- * The one path every HTTP request takes, for both frameworks: skip, identify, cost, check,
- * hooks, headers, then go on, deny or fail. An adapter supplies an {@link HttpPort}, the few
- * framework calls this path needs, and nothing else.
+ * The one path every HTTP request takes, for both frameworks: skip, identify, cost and
+ * limits (each may be async), check, hooks, headers, then go on, deny or fail; and, for
+ * `skipSuccessfulRequests` / `skipFailedRequests`, the refund once the response is done.
+ * An adapter supplies an {@link HttpPort}, the few framework calls this path needs.
  */
+import type { Tier } from '../algorithms/types';
 import { secondsUntil } from '../headers';
 import { RateLimiter } from '../limiter';
-import { LIMITER_OPTIONS, resolveLimiterOptions, validateCost } from '../options/limiter';
-import type { Decision, LimiterOptions } from '../types';
-import { type HttpOptions, type ResolvedHttpOptions, resolveHttpOptions } from './options';
+import { resolveLimiterOptions, smallestLimit, validateCost } from '../options/limiter';
+import type { Decision } from '../types';
+import type { HttpOptions } from './options';
+import { isPromiseLike, limiterOptionsOf, type ResolvedHttpOptions, resolveHttpOptions, then } from './resolve';
 import { warnOnSharedPrefix } from './shared-prefix';
 
 /** Continues the framework's chain: with an error, into its error handling. */
@@ -31,86 +34,180 @@ export interface HttpPort<Req, Res> {
   deny(request: Req, response: Res, denial: DenialResponse, proceed: Proceed): void;
   /** Answers `503` while the store fails, with `failMode: 'closed'`. */
   unavailable(response: Res): void;
+  /** Calls `done` once the response is over: `true` when it was sent in full, `false` when the connection closed first. */
+  whenDone(response: Res, done: (finished: boolean) => void): void;
+  /** The status of a response. */
+  statusOf(response: Res): number;
+}
+
+/** What one request is checked with. */
+interface Check {
+  readonly identifier: string;
+  readonly cost: number;
+  /** This request's own tiers, when limits depend on the request. */
+  readonly tiers: readonly Tier[] | undefined;
 }
 
 /** A limiter with every HTTP option resolved once, at construction, and the adapter's port. */
 export class HttpLimiter<Req, Res> {
   readonly limiter: RateLimiter;
-  private readonly options: ResolvedHttpOptions<Req>;
+  private readonly options: ResolvedHttpOptions<Req, Res>;
 
   /** `options` must already have passed the adapter's unknown-key check. */
   constructor(
-    options: HttpOptions<Req>,
+    options: HttpOptions<Req, Res>,
     private readonly port: HttpPort<Req, Res>,
   ) {
-    const limiterOptions: Record<string, unknown> = {};
-    for (const key of LIMITER_OPTIONS) {
-      const value = (options as Record<string, unknown>)[key];
-      if (value !== undefined) limiterOptions[key] = value;
-    }
-    this.limiter = new RateLimiter(resolveLimiterOptions(limiterOptions as LimiterOptions));
-    warnOnSharedPrefix(this.limiter);
-    this.options = resolveHttpOptions(options, this.limiter.tiers);
+    this.limiter = new RateLimiter(resolveLimiterOptions(limiterOptionsOf(options as HttpOptions<unknown, unknown>)));
+    this.options = resolveHttpOptions(options, this.limiter.tiers, port.statusOf);
+    // With limits that depend on the request, two limiters on one prefix may well differ on purpose.
+    if (this.options.tiersOf === undefined) warnOnSharedPrefix(this.limiter);
   }
 
   /**
-   * Limits one request. Errors of the app's own callbacks (identify, cost, skip, hooks) go
-   * to `proceed(error)`; a store failure becomes `failMode`.
+   * Limits one request. A throw or rejection of the app's own functions (identify, cost,
+   * skip, limits, message) goes to `onError` and to `proceed(error)`, never to an unhandled
+   * rejection and never to a silent allow; a store failure becomes `failMode`.
    */
   handle(request: Req, response: Res, proceed: Proceed): void {
-    const { skip, identify, costOf } = this.options;
-    let identifier: string;
-    let cost: number;
+    let check: Check | undefined | PromiseLike<Check | undefined>;
     try {
-      if (skip?.(request)) {
-        proceed();
-        return;
-      }
-      identifier = identify(request);
-      cost = costOf === undefined ? this.options.fixedCost : validateCost(costOf(request), this.options.smallestLimit);
+      check = this.prepare(request);
     } catch (error) {
-      proceed(error as Error);
+      this.hookFailed(error, request, proceed);
       return;
     }
-    this.limiter
-      .check(identifier, { cost })
-      .then(
-        (decision) => this.respond(decision, request, response, proceed),
-        (error: unknown) => this.fail(error, request, response, proceed),
-      )
-      .catch((error: unknown) => proceed(error as Error));
+    if (check === undefined) proceed();
+    else if (isPromiseLike(check)) {
+      check.then(
+        (settled) => (settled === undefined ? proceed() : this.check(settled, request, response, proceed)),
+        (error: unknown) => this.hookFailed(error, request, proceed),
+      );
+    } else this.check(check, request, response, proceed);
   }
 
-  private respond(decision: Decision, request: Req, response: Res, proceed: Proceed): void {
-    const { onDecision, onNearLimit, nearLimitBand, writeHeaders } = this.options;
+  /** Skip, identify, cost and limits, in that order; undefined when the request is skipped. */
+  private prepare(request: Req): Check | undefined | PromiseLike<Check | undefined> {
+    const { skip } = this.options;
+    if (skip === undefined) return this.identify(request);
+    const skipped = skip(request);
+    if (isPromiseLike(skipped)) return Promise.resolve(skipped).then((yes) => (yes ? undefined : this.identify(request)));
+    return skipped ? undefined : this.identify(request);
+  }
+
+  private identify(request: Req): Check | PromiseLike<Check> {
+    const identifier = this.options.identify(request);
+    return typeof identifier === 'string' ? this.measure(identifier, request) : identifier.then((id) => this.measure(id, request));
+  }
+
+  /** The cost and, when limits depend on the request, the tiers of an identified request. */
+  private measure(identifier: string, request: Req): Check | PromiseLike<Check> {
+    const { costOf, tiersOf, fixedCost } = this.options;
+    if (costOf === undefined && tiersOf === undefined) return { identifier, cost: fixedCost, tiers: undefined };
+    return then(costOf === undefined ? fixedCost : costOf(request), (cost) =>
+      tiersOf === undefined
+        ? { identifier, cost: validateCost(cost, this.limiter.smallestLimit), tiers: undefined }
+        : then(tiersOf(request), (tiers) => ({ identifier, cost: validateCost(cost, smallestLimit(tiers)), tiers })),
+    );
+  }
+
+  private check({ identifier, cost, tiers }: Check, request: Req, response: Res, proceed: Proceed): void {
+    const options = tiers === undefined ? { cost } : { cost, limits: tiers };
+    this.limiter.check(identifier, options).then(
+      (decision) => {
+        try {
+          this.respond(decision, identifier, request, response, proceed);
+        } catch (error) {
+          this.hookFailed(error, request, proceed);
+        }
+      },
+      (error: unknown) => this.fail(error, request, response, proceed),
+    );
+  }
+
+  private respond(decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
+    const { onDecision, onNearLimit, nearLimitBand, refundWhen } = this.options;
     onDecision?.(decision, request);
     if (onNearLimit !== undefined && decision.ratio >= nearLimitBand[0] && decision.ratio <= nearLimitBand[1]) {
       onNearLimit(decision, request);
     }
-    let denial: DenialResponse | undefined;
-    if (!decision.allowed) {
-      const retryAfter = secondsUntil(decision.now + decision.retryAfterMs, decision.now);
-      const { message } = this.options;
-      const body = (typeof message === 'function' ? message(request, decision) : message) ?? { error: 'Too Many Requests', retryAfter };
-      denial = { statusCode: this.options.statusCode, retryAfter, body, decision };
-    }
-    this.port.attach(request, decision);
-    writeHeaders?.(decision, response, this.port.setHeader);
-    if (denial === undefined) {
+    if (decision.allowed) {
+      if (refundWhen !== undefined && decision.counted) {
+        this.port.whenDone(response, (finished) => this.settle(refundWhen, identifier, decision, request, response, finished));
+      }
+      this.sendHeaders(decision, request, response);
       proceed();
       return;
     }
-    this.port.setHeader(response, 'Retry-After', String(denial.retryAfter));
+    const retryAfter = secondsUntil(decision.now + decision.retryAfterMs, decision.now);
+    const { message } = this.options;
+    const body = typeof message === 'function' ? message(request, decision) : message;
+    if (isPromiseLike(body)) {
+      Promise.resolve(body).then(
+        (settled) => this.deny(decision, retryAfter, settled, request, response, proceed),
+        (error: unknown) => this.hookFailed(error, request, proceed),
+      );
+    } else this.deny(decision, retryAfter, body, request, response, proceed);
+  }
+
+  private deny(
+    decision: Decision,
+    retryAfter: number,
+    body: string | object | undefined,
+    request: Req,
+    response: Res,
+    proceed: Proceed,
+  ): void {
+    const denial = { statusCode: this.options.statusCode, retryAfter, body: body ?? { error: 'Too Many Requests', retryAfter }, decision };
+    this.sendHeaders(decision, request, response);
+    this.port.setHeader(response, 'Retry-After', String(retryAfter));
     this.port.deny(request, response, denial, proceed);
   }
 
+  private sendHeaders(decision: Decision, request: Req, response: Res): void {
+    this.port.attach(request, decision);
+    this.options.writeHeaders?.(decision, response, this.port.setHeader);
+  }
+
+  /** After the response: gives the count back when the request should not have counted. */
+  private settle(
+    refundWhen: NonNullable<ResolvedHttpOptions<Req, Res>['refundWhen']>,
+    identifier: string,
+    decision: Decision,
+    request: Req,
+    response: Res,
+    finished: boolean,
+  ): void {
+    let refund: boolean | PromiseLike<boolean>;
+    try {
+      refund = refundWhen(request, response, finished);
+    } catch (error) {
+      this.report(error, request);
+      return;
+    }
+    Promise.resolve(then(refund, (yes) => (yes ? this.limiter.refund(identifier, decision) : undefined))).then(
+      undefined,
+      (error: unknown) => this.report(error, request),
+    );
+  }
+
+  private hookFailed(error: unknown, request: Req, proceed: Proceed): void {
+    this.report(error, request);
+    proceed(error instanceof Error ? error : new Error(String(error)));
+  }
+
   private fail(error: unknown, request: Req, response: Res, proceed: Proceed): void {
+    this.report(error, request);
+    if (this.options.failClosed) this.port.unavailable(response);
+    else proceed();
+  }
+
+  /** Hands `error` to `onError`; a failing error hook must not turn a degraded store into a crashed request. */
+  private report(error: unknown, request: Req): void {
     try {
       this.options.onError?.(error, request);
     } catch {
-      // A failing error hook must not turn a degraded store into a crashed request.
+      // Ignored on purpose: see above.
     }
-    if (this.options.failClosed) this.port.unavailable(response);
-    else proceed();
   }
 }

@@ -1,15 +1,28 @@
-/** The options the Express middleware and the Fastify plugin share: declared, listed, defaulted and resolved here. */
+/** The options the Express middleware and the Fastify plugin share: declared, listed and defaulted here, resolved in `resolve.ts`. */
+import type { HeadersOption, ResetFormat } from '../headers';
+import type { IdentifyOption } from '../identify';
+import { LIMITER_OPTION_KEYS } from '../options/limiter';
+import { type KnownKeys, keysOf } from '../options/validate';
+import type { Decision, Duration, LimiterOptions, TierOptions } from '../types';
 
-import type { Tier } from '../algorithms/types';
-import { OptionError } from '../errors';
-import { createHeaderWriter, type HeadersOption, type HeaderWriter, type ResetFormat } from '../headers';
-import { byIp, type IdentifyOption, resolveIdentify } from '../identify';
-import { DEFAULT_COST, LIMITER_OPTION_KEYS, smallestLimit, validateCost } from '../options/limiter';
-import { describeValue, type KnownKeys, keysOf, oneOf, optionalFunction } from '../options/validate';
-import type { Decision, LimiterOptions } from '../types';
+/** A value, or a promise of it: what the request-dependent options may return. */
+export type Awaitable<T> = T | PromiseLike<T>;
 
-/** Options shared by the Express middleware and the Fastify plugin. `Req` is the framework's request type. */
-export interface HttpOptions<Req> extends LimiterOptions {
+/**
+ * Options shared by the Express middleware and the Fastify plugin. `Req` and `Res` are the
+ * framework's request and response (reply) types. Every function option may be async.
+ */
+export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'limit' | 'window' | 'limits'> {
+  /**
+   * Most units of cost per `window`: a positive integer, or a function of the request, e.g.
+   * `(req) => (req.user?.plan === 'pro' ? 1000 : 100)`. Default `100`. Counts belong to the
+   * identifier, not to the limit: a client whose limit changes keeps what it has used.
+   */
+  limit?: number | ((request: Req) => Awaitable<number>);
+  /** Window length (`'1m'`, milliseconds...), or a function of the request. Default `'1m'`. */
+  window?: Duration | ((request: Req) => Awaitable<Duration>);
+  /** Several tiers instead of `limit`/`window`, or a function of the request returning them. */
+  limits?: readonly TierOptions[] | ((request: Req) => Awaitable<readonly TierOptions[]>);
   /**
    * Who a request counts against: a function, or a list tried in order (first non-empty
    * answer wins), e.g. `[byApiKey(), byIp()]`. Default `byIp()`. Requests that nothing
@@ -17,9 +30,19 @@ export interface HttpOptions<Req> extends LimiterOptions {
    */
   identify?: IdentifyOption<Req>;
   /** Units a request consumes: a number, or a function of the request. Default `1`. */
-  cost?: number | ((request: Req) => number);
+  cost?: number | ((request: Req) => Awaitable<number>);
   /** Return true to let a request through without counting it (health checks, allow-lists). */
-  skip?: (request: Req) => boolean;
+  skip?: (request: Req) => Awaitable<boolean>;
+  /**
+   * Give back what a request counted once its response shows it succeeded, e.g. to limit
+   * failed logins only. The request is counted when it arrives (so a burst cannot slip past
+   * the limit) and refunded after. Default `false`.
+   */
+  skipSuccessfulRequests?: boolean;
+  /** Give back what a request counted once its response shows it failed; a client that went away counts as failed. Default `false`. */
+  skipFailedRequests?: boolean;
+  /** Whether a finished request succeeded, for the two options above. Default: its status is below 400. */
+  requestWasSuccessful?: (request: Req, response: Res) => Awaitable<boolean>;
   /** Which rate-limit headers to send: `'legacy'` (default), `'draft-6'`, `'draft-7'`, `'ietf'`, several, a custom function, or `false`. */
   headers?: HeadersOption;
   /** For the legacy `X-RateLimit-Reset`: `'epoch'` seconds (default) or `'delta'` seconds from now. */
@@ -31,14 +54,18 @@ export interface HttpOptions<Req> extends LimiterOptions {
    * of the request and decision returning either. Default
    * `{ error: 'Too Many Requests', retryAfter: <seconds> }`.
    */
-  message?: string | object | ((request: Req, decision: Decision) => string | object);
+  message?: string | object | ((request: Req, decision: Decision) => Awaitable<string | object>);
   /** Called with every decision (allowed or denied), e.g. for metrics. `decision.ratio` is `estimated / limit`. */
   onDecision?: (decision: Decision, request: Req) => void;
   /** Called only for decisions whose `ratio` lies inside `nearLimitBand`: where an estimate can be wrong. */
   onNearLimit?: (decision: Decision, request: Req) => void;
   /** The `[low, high]` band of `ratio` for `onNearLimit`. Default `[0.9, 1.1]`. */
   nearLimitBand?: readonly [number, number];
-  /** Called when the store fails or times out; the request then passes (`failMode: 'open'`) or gets 503 (`'closed'`). */
+  /**
+   * Called when the store fails or times out (the request then passes with `failMode: 'open'`
+   * or gets 503 with `'closed'`), when one of the app's own functions above throws or rejects
+   * (the request then goes to the framework's error handling), or when a refund fails.
+   */
   onError?: (error: unknown, request: Req) => void;
   /** What to do when the store fails or times out: `'open'` lets the request through (default), `'closed'` answers 503. */
   failMode?: FailMode;
@@ -50,15 +77,20 @@ export type FailMode = 'open' | 'closed';
 export const DEFAULT_STATUS_CODE = 429;
 export const DEFAULT_NEAR_LIMIT_BAND: readonly [number, number] = [0.9, 1.1];
 export const DEFAULT_FAIL_MODE: FailMode = 'open';
+/** The status below which `requestWasSuccessful` calls a request successful by default. */
+export const FIRST_FAILED_STATUS = 400;
 /** Body of the 503 answered with `failMode: 'closed'` while the store is failing. */
 export const SERVICE_UNAVAILABLE = Object.freeze({ error: 'Service Unavailable' });
 
 /** Every key of {@link HttpOptions}; each adapter adds its own. */
-export const HTTP_OPTION_KEYS: KnownKeys<HttpOptions<unknown>> = {
+export const HTTP_OPTION_KEYS: KnownKeys<HttpOptions<unknown, unknown>> = {
   ...LIMITER_OPTION_KEYS,
   identify: true,
   cost: true,
   skip: true,
+  skipSuccessfulRequests: true,
+  skipFailedRequests: true,
+  requestWasSuccessful: true,
   headers: true,
   resetFormat: true,
   statusCode: true,
@@ -69,59 +101,4 @@ export const HTTP_OPTION_KEYS: KnownKeys<HttpOptions<unknown>> = {
   onError: true,
   failMode: true,
 };
-export const HTTP_OPTIONS = keysOf<HttpOptions<unknown>>(HTTP_OPTION_KEYS);
-
-/** The HTTP options resolved once, for a limiter with `tiers`, so a request does no option lookups. */
-export interface ResolvedHttpOptions<Req> {
-  readonly identify: (request: Req) => string;
-  /** The cost of every request, when `cost` is not a function. */
-  readonly fixedCost: number;
-  readonly costOf: ((request: Req) => number) | undefined;
-  readonly smallestLimit: number;
-  readonly skip: ((request: Req) => boolean) | undefined;
-  readonly writeHeaders: HeaderWriter | undefined;
-  readonly statusCode: number;
-  readonly message: HttpOptions<Req>['message'];
-  readonly onDecision: HttpOptions<Req>['onDecision'];
-  readonly onNearLimit: HttpOptions<Req>['onNearLimit'];
-  readonly nearLimitBand: readonly [number, number];
-  readonly onError: HttpOptions<Req>['onError'];
-  readonly failClosed: boolean;
-}
-
-export function resolveHttpOptions<Req>(options: HttpOptions<Req>, tiers: readonly Tier[]): ResolvedHttpOptions<Req> {
-  const identify = resolveIdentify(options.identify, byIp() as unknown as (request: Req) => string | undefined);
-  const smallest = smallestLimit(tiers);
-  const cost = options.cost;
-  const fixedCost = typeof cost === 'function' || cost === undefined ? DEFAULT_COST : validateCost(cost, smallest);
-  const skip = optionalFunction(options.skip, 'skip');
-  const writeHeaders = createHeaderWriter(options.headers, options.resetFormat, tiers);
-  const statusCode = options.statusCode ?? DEFAULT_STATUS_CODE;
-  if (!Number.isInteger(statusCode) || statusCode < 400 || statusCode > 599) {
-    throw new OptionError('SWL_INVALID_NUMBER', `statusCode: must be an HTTP error status (400-599), got ${describeValue(statusCode)}`);
-  }
-  if (options.message !== undefined && !['string', 'object', 'function'].includes(typeof options.message)) {
-    throw new OptionError('SWL_INVALID_TYPE', `message: must be a string, an object or a function, got ${describeValue(options.message)}`);
-  }
-  const onDecision = optionalFunction(options.onDecision, 'onDecision');
-  const onNearLimit = optionalFunction(options.onNearLimit, 'onNearLimit');
-  const band = options.nearLimitBand ?? DEFAULT_NEAR_LIMIT_BAND;
-  if (!Array.isArray(band) || band.length !== 2 || !band.every((n) => typeof n === 'number' && Number.isFinite(n)) || band[0] > band[1]) {
-    throw new OptionError('SWL_INVALID_NUMBER', `nearLimitBand: must be [low, high] with low <= high, got ${describeValue(band)}`);
-  }
-  return {
-    identify,
-    fixedCost,
-    costOf: typeof cost === 'function' ? cost : undefined,
-    smallestLimit: smallest,
-    skip,
-    writeHeaders,
-    statusCode,
-    message: options.message,
-    onDecision,
-    onNearLimit,
-    nearLimitBand: band,
-    onError: optionalFunction(options.onError, 'onError'),
-    failClosed: oneOf(options.failMode ?? DEFAULT_FAIL_MODE, ['open', 'closed'] as const, 'failMode') === 'closed',
-  };
-}
+export const HTTP_OPTIONS = keysOf<HttpOptions<unknown, unknown>>(HTTP_OPTION_KEYS);

@@ -129,7 +129,11 @@ describe('Limiter', () => {
     expect(limiter.check).type.not.toBeCallableWith('user:1', { cost: '3' });
     expect(limiter.check).type.not.toBeCallableWith('user:1', 3);
     expect(limiter.peek).type.not.toBeCallableWith('user:1', { cost: '3' });
-    expect<CheckOptions>().type.toBe<{ cost?: number }>();
+    expect<CheckOptions>().type.toBe<{ cost?: number; limit?: number; window?: Duration; limits?: readonly TierOptions[] }>();
+    // A plan's own limit, for this call only.
+    expect(limiter.check).type.toBeCallableWith('user:1', { cost: 1, limit: 1000 });
+    expect(limiter.check).type.toBeCallableWith('user:1', { limits: [{ limit: 10, window: '1s' }] });
+    expect(limiter.check).type.not.toBeCallableWith('user:1', { limit: '1000' });
   });
 
   test('reset, keyFor and the resolved settings', () => {
@@ -169,12 +173,13 @@ describe('Decision', () => {
     expect(decision).type.not.toHaveProperty('retryAfter');
   });
 
-  test('a tier decision has its own limit, window, estimate, remaining and reset', () => {
+  test('a tier decision has its own limit, window, estimate, remaining, wait and reset', () => {
     expect<TierDecision>().type.toBe<{
       readonly limit: number;
       readonly window: number;
       readonly estimated: number;
       readonly remaining: number;
+      readonly retryAfterMs: number;
       readonly resetAt: number;
     }>();
   });

@@ -99,12 +99,19 @@ describe('callbacks get the Express Request', () => {
     });
   });
 
-  test('callbacks must return what is expected, synchronously', () => {
-    // A Promise would be truthy (skip) or not a number (cost) at run time: the types reject both.
-    expect(rateLimit).type.not.toBeCallableWith({ skip: async () => true });
-    expect(rateLimit).type.not.toBeCallableWith({ cost: async () => 1 });
+  test('callbacks may be async, and must answer what is expected', () => {
+    expect(rateLimit).type.toBeCallableWith({ skip: async () => true });
+    expect(rateLimit).type.toBeCallableWith({ cost: async () => 1 });
+    expect(rateLimit).type.toBeCallableWith({ identify: async (req: Request) => req.ip });
+    expect(rateLimit).type.toBeCallableWith({ limit: async (req: Request) => (req.ip === '127.0.0.1' ? 1000 : 100) });
+    expect(rateLimit).type.toBeCallableWith({
+      skipSuccessfulRequests: true,
+      requestWasSuccessful: (_req: Request, res: Response) => res.statusCode < 400,
+    });
     expect(rateLimit).type.not.toBeCallableWith({ cost: () => '1' });
-    expect(rateLimit).type.not.toBeCallableWith({ identify: async (req: Request) => req.ip });
+    expect(rateLimit).type.not.toBeCallableWith({ cost: async () => '1' });
+    expect(rateLimit).type.not.toBeCallableWith({ limit: () => '100' });
+    expect(rateLimit).type.not.toBeCallableWith({ skipFailedRequests: 'yes' });
     expect(rateLimit).type.not.toBeCallableWith({ identify: (req: Request) => ({ ip: req.ip }) });
     // GAP: a `message` function returning something other than a string or an object compiles, because every
     // function is also an `object`, the type of a static JSON body (`string | object | ((request, decision) => ...)`);

@@ -1,7 +1,7 @@
 // Type tests of the Fastify plugin (`sliding-window-limiter/fastify`), through the public entry only.
 // A line that must not compile is marked `// @ts-expect-error <fragment of the expected message>`:
 // tsc (npm run typecheck) fails when the error disappears, TSTyche also when its message changes.
-import Fastify, { type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import { describe, expect, test } from 'tstyche';
 import {
   byApiKey,
@@ -47,7 +47,7 @@ describe('app.register(rateLimitPlugin, options)', () => {
   });
 
   test('fails with bad options', async () => {
-    // @ts-expect-error Type 'string' is not assignable to type 'number'
+    // @ts-expect-error Type 'string' is not assignable to type 'number | ((request
     await app.register(rateLimitPlugin, { limit: 'x' });
     // @ts-expect-error Type '"onSend"' is not assignable to type 'RateLimitHook | undefined'
     await app.register(rateLimitPlugin, { hook: 'onSend' });
@@ -84,11 +84,11 @@ describe('route config.rateLimit', () => {
   });
 
   test('bad route options do not compile', () => {
-    // @ts-expect-error Type 'string' is not assignable to type 'number'
+    // @ts-expect-error Type '{ limit: string; }' is not assignable to type
     app.get('/a', { config: { rateLimit: { limit: 'x' } } }, async () => 'ok');
     // @ts-expect-error Type '{ hook: "onSend"; }' is not assignable to type
     app.get('/c', { config: { rateLimit: { hook: 'onSend' } } }, async () => 'ok');
-    // @ts-expect-error Type 'string' is not assignable to type 'number'
+    // @ts-expect-error Type '{ window: string; limit: string; }' is not assignable to type
     app.route({ method: 'GET', url: '/e', config: { rateLimit: { window: '1s', limit: '10' } }, handler: async () => 'ok' });
     // GAP: Fastify types a route's `config` as `FastifyContextConfig & ContextConfig`, inferring ContextConfig from
     // the object given, so `config.rateLimit` is checked only where the two types conflict (a wrong type for a known
@@ -173,10 +173,20 @@ describe('callbacks get the FastifyRequest', () => {
     );
   });
 
-  test('callbacks must return what is expected, synchronously', async () => {
-    // @ts-expect-error Type 'Promise<boolean>' is not assignable to type 'boolean'
-    await app.register(rateLimitPlugin, { skip: async () => true });
-    // @ts-expect-error Type 'Promise<number>' is not assignable to type 'number'
-    await app.register(rateLimitPlugin, { cost: async () => 1 });
+  test('callbacks may be async, and must answer what is expected', async () => {
+    await app.register(rateLimitPlugin, { skip: async () => true, cost: async () => 1, limit: async () => 10 });
+    await app.register(rateLimitPlugin, { limits: async () => [{ limit: 10, window: '1s' }], message: async () => ({ error: 'slow' }) });
+    // @ts-expect-error Type 'Promise<string>' is not assignable to type 'Awaitable<number>'
+    await app.register(rateLimitPlugin, { cost: async () => 'one' });
+    // @ts-expect-error Type 'string' is not assignable to type 'Awaitable<boolean>'
+    await app.register(rateLimitPlugin, { skip: () => 'yes' });
+    await app.register(rateLimitPlugin, {
+      skipFailedRequests: true,
+      requestWasSuccessful: (request, reply) => {
+        expect(request).type.toBe<FastifyRequest>();
+        expect(reply).type.toBe<FastifyReply>();
+        return reply.statusCode < 500;
+      },
+    });
   });
 });

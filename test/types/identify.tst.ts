@@ -13,6 +13,7 @@ import {
   byApiKey,
   byIp,
   byUser,
+  type IdentifierAnswer,
   type Identify,
   type IdentifyOption,
   type RequestLike,
@@ -29,7 +30,8 @@ describe('byIp', () => {
     expect(byIp()).type.toBe<Identify<RequestLike>>();
     expect(byIp({ ipv6Subnet: 64 })).type.toBe<Identify<RequestLike>>();
     expect(byIp({ ipv6Subnet: false })).type.toBe<Identify<RequestLike>>();
-    expect<ByIpOptions>().type.toBe<{ ipv6Subnet?: number | false }>();
+    expect<ByIpOptions>().type.toBe<{ ipv6Subnet?: number | false; warnOnForwarded?: boolean }>();
+    expect(byIp).type.not.toBeCallableWith({ warnOnForwarded: 'no' });
     expect(byIp).type.not.toBeCallableWith({ ipv6Subnet: 'x' });
     expect(byIp).type.not.toBeCallableWith({ ipv6Subnet: true });
     expect(byIp).type.not.toBeCallableWith({ ipv6Subnet: '/64' });
@@ -44,7 +46,7 @@ describe('byIp', () => {
     expect(identify).type.toBeCallableWith({ ip: '203.0.113.7', headers: {} });
     expect(identify).type.toBeCallableWith({ headers: {}, socket: { remoteAddress: '203.0.113.7' } });
     expect(identify).type.not.toBeCallableWith({ ip: '203.0.113.7' });
-    expect(identify({ headers: {} })).type.toBe<string | number | undefined | null>();
+    expect(identify({ headers: {} })).type.toBe<IdentifierAnswer | PromiseLike<IdentifierAnswer>>();
   });
 });
 
@@ -168,7 +170,8 @@ describe('identify option', () => {
 
   test('IdentifyOption and ANONYMOUS', () => {
     expect<IdentifyOption<AuthedRequest>>().type.toBe<Identify<AuthedRequest> | readonly Identify<AuthedRequest>[]>();
-    expect<Identify>().type.toBe<(request: RequestLike) => string | number | undefined | null>();
+    expect<Identify>().type.toBe<(request: RequestLike) => IdentifierAnswer | PromiseLike<IdentifierAnswer>>();
+    expect<IdentifierAnswer>().type.toBe<string | number | undefined | null>();
     expect(ANONYMOUS).type.toBe<'anonymous'>();
   });
 });
