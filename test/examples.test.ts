@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
+import { createApp as createLoginAndPlansApp } from '../examples/login-and-plans';
 import { createMetricsApp } from '../examples/metrics';
 import { RedisStore } from '../src';
 import { redisClient, uniquePrefix } from './helpers/redis';
@@ -27,6 +28,31 @@ describe('examples', () => {
     // ratios 0.9 and 1.0 (the 9th and 10th allowed) and 1.0 for both denials fall in the band
     expect(metrics).toMatch(/rate_limit_near_limit_total\{result="allowed"\} 2/);
     expect(metrics).toMatch(/rate_limit_near_limit_total\{result="denied"\} 2/);
+  });
+
+  test('login example: five wrong passwords, then 429; successful logins count nothing', async () => {
+    const { app, login } = createLoginAndPlansApp(new RedisStore({ client }), uniquePrefix('login'));
+    const attempt = (password: string) => request(app).post('/login').send({ password });
+    const statuses: number[] = [];
+    for (let i = 0; i < 4; i++) statuses.push((await attempt('guess')).status);
+    for (let i = 0; i < 3; i++) expect((await attempt('correct horse')).status).toBe(200);
+    // A success is given back once its response is over: wait (bounded) for the count to show 4 again.
+    const counted = async () => (await login.limiter.peek('ip:127.0.0.1', { cost: 0 })).estimated;
+    const deadline = Date.now() + 2_000;
+    while ((await counted()) !== 4 && Date.now() < deadline);
+    expect(await counted()).toBe(4);
+    statuses.push((await attempt('guess')).status, (await attempt('guess')).status);
+    expect(statuses).toEqual([401, 401, 401, 401, 401, 429]);
+  });
+
+  test('plans example: each API key gets the limit of its plan, in the headers', async () => {
+    const { app } = createLoginAndPlansApp(new RedisStore({ client }), uniquePrefix('plans'));
+    const free = await request(app).get('/api/data').set('x-api-key', 'free-key').expect(200);
+    expect(free.headers['x-ratelimit-limit']).toBe('100');
+    expect(free.headers['ratelimit-policy']).toBe('"default";q=100;w=60');
+    const pro = await request(app).get('/api/data').set('x-api-key', 'pro-key').expect(200);
+    expect(pro.headers['x-ratelimit-limit']).toBe('1000');
+    expect(pro.headers['x-ratelimit-remaining']).toBe('999');
   });
 
   test('npm run demo prints 200s then 429s and exits', async () => {
