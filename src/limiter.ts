@@ -25,6 +25,8 @@ export class RateLimiter implements Limiter {
   readonly tiers: readonly Tier[];
   readonly prefix: string;
   readonly timeoutMs: number;
+  readonly blockFor: number;
+  readonly shadow: boolean;
   private readonly scripts: AlgorithmScripts;
   private readonly clock: (() => number) | undefined;
   /** The smallest limit among `tiers`: no single request may cost more. */
@@ -39,6 +41,8 @@ export class RateLimiter implements Limiter {
     this.prefix = options.prefix;
     this.timeoutMs = options.timeoutMs;
     this.clock = options.clock;
+    this.blockFor = options.blockFor;
+    this.shadow = options.shadow;
     this.scripts = ALGORITHMS[this.algorithm];
     this.keyPrefix = `${this.prefix}:`;
     this.smallestLimit = smallestLimit(this.tiers);
@@ -106,9 +110,9 @@ export class RateLimiter implements Limiter {
       const denied = this.denyCache.get(key, cost, tiers, now ?? Date.now());
       if (denied !== undefined) return Promise.resolve(denied);
     }
-    const reply = this.store.check(this.scripts, key, { now, cost, dryRun, blockFor: 0, tiers });
+    const reply = this.store.check(this.scripts, key, { now, cost, dryRun, blockFor: this.blockFor, tiers });
     return this.bounded(reply).then((raw) => {
-      const decision = toDecision(raw, tiers, cost, dryRun);
+      const decision = toDecision(raw, tiers, cost, dryRun, this.shadow);
       if (this.denyCache !== undefined) {
         if (!decision.allowed) this.denyCache.remember(key, decision, now ?? Date.now());
         // Counting pushes back when a cached denial (of another cost) could first be allowed.

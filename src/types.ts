@@ -50,6 +50,20 @@ export interface LimiterOptions {
    * Exact, because a denied identifier's estimate can only fall with time. `0` turns it off. Default `10_000`.
    */
   denyCacheSize?: number;
+  /**
+   * A penalty: once an identifier is denied, refuse it for this long from that denial, whatever
+   * its counts say (milliseconds or a duration string). The block is kept in the identifier's own
+   * key by the script that denied, so every process sharing the store refuses it at once, and it
+   * survives restarts; `reset()` lifts it. Default: no block.
+   */
+  blockFor?: Duration;
+  /**
+   * Shadow mode: check and count every request exactly as if the limit were enforced, but mark
+   * every decision `shadow: true`; the HTTP adapters then never refuse a request (and send no
+   * rate-limit headers unless `headers` is set). For watching a new limit before enforcing it.
+   * Default `false`.
+   */
+  shadow?: boolean;
 }
 
 /** Options of one {@link Limiter.check} or {@link Limiter.peek}. */
@@ -117,6 +131,14 @@ export interface Decision {
   readonly cost: number;
   /** True when this check counted its cost (allowed, a cost above 0, not a peek): what {@link Limiter.refund} takes back. */
   readonly counted: boolean;
+  /**
+   * True while the identifier is blocked (`blockFor`), including on the denial that started the
+   * block: `retryAfterMs` is then the exact time left on the block, and every tier reports no quota
+   * until it ends.
+   */
+  readonly blocked: boolean;
+  /** True when the limiter runs in shadow mode: the decision is reported, not enforced. */
+  readonly shadow: boolean;
   /** True when the answer came from the local deny cache rather than the store. */
   readonly cached: boolean;
 }
@@ -142,4 +164,7 @@ export interface Limiter {
   readonly tiers: readonly Tier[];
   readonly prefix: string;
   readonly timeoutMs: number;
+  /** Milliseconds of `blockFor`; 0 for none. */
+  readonly blockFor: number;
+  readonly shadow: boolean;
 }

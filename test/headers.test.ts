@@ -35,6 +35,8 @@ function decisionOf(tiers: TierDecision[], binding = 0, allowed = true): Decisio
     now: NOW,
     cost: 1,
     counted: allowed,
+    blocked: false,
+    shadow: false,
     cached: false,
   };
 }

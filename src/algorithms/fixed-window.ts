@@ -1,3 +1,4 @@
+import { blockingCheck, blockingRefund, type Stored } from './block';
 import { LUA_PRELUDE } from './prelude';
 import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
 
@@ -10,13 +11,17 @@ import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './ty
  * spaces, expiring when the longest tier's current window ends.
  */
 
-/** Per tier: [windowIndex, count], flattened. */
-export type FixedWindowState = number[];
+/** Per tier: [windowIndex, count], flattened; with a block. */
+export type FixedWindowState = Stored<number[]>;
 
 const CHECK = `${LUA_PRELUDE}
 -- Stored at KEYS[1], a string: per tier 'index:count' in base 36, tiers separated by spaces,
--- index = floor(now / window); expires when the longest tier's current window ends.
-local saved = readCounters(redis.call('GET', KEYS[1]))
+-- index = floor(now / window), after an optional block marker '!<until>'; expires when the
+-- longest tier's current window ends (or when a longer block ends).
+local blockedUntil, body = readBlocked(redis.call('GET', KEYS[1]))
+local blocked = blockedUntil > now
+if blocked then dry = true end
+local saved = readCounters(body)
 local counts, ends = {}, {}
 local allowed = 1
 local expiry = 0
@@ -28,6 +33,7 @@ for i = 1, tiers do
   if ends[i] - now > expiry then expiry = ends[i] - now end
   if counts[i] + cost > limits[i] then allowed = 0 end
 end
+if blocked then allowed = 0 end
 if allowed == 1 and cost > 0 and not dry then
   local parts = {}
   for i = 1, tiers do
@@ -36,7 +42,14 @@ if allowed == 1 and cost > 0 and not dry then
   end
   redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', expiry)
 end
-local reply = { allowed, now, 0 }
+local blockedMs = 0
+if blocked then
+  blockedMs = blockedUntil - now
+elseif allowed == 0 and extra > 0 and not dry then
+  blockedMs = extra
+  writeBlock(body)
+end
+local reply = { allowed, now, blockedMs }
 for i = 1, tiers do
   local wait, reset = 0, 0
   if counts[i] + cost > limits[i] then wait = ends[i] - now end
@@ -49,7 +62,7 @@ end
 return reply
 `;
 
-function check(state: FixedWindowState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<FixedWindowState> {
+function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<number[]> {
   const count = tiers.length;
   const counts = new Array<number>(count);
   const ends = new Array<number>(count);
@@ -87,7 +100,8 @@ const REFUND = `${LUA_PRELUDE}
 -- Takes back ARGV[2] units counted at ARGV[4] from each tier whose window has not ended since. Never below 0.
 local value = redis.call('GET', KEYS[1])
 if not value then return { 0 } end
-local saved = readCounters(value)
+local blockedUntil, body = readBlocked(value)
+local saved = readCounters(body)
 local taken = 0
 for i = 1, tiers do
   if saved[2 * i - 1] == math.floor(extra / windows[i]) then
@@ -99,12 +113,12 @@ end
 if taken > 0 and not dry then
   local parts = {}
   for i = 1, #saved / 2 do parts[i] = base36(saved[2 * i - 1]) .. ':' .. base36(saved[2 * i]) end
-  redis.call('SET', KEYS[1], table.concat(parts, ' '), 'KEEPTTL')
+  redis.call('SET', KEYS[1], withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
 end
 return { taken }
 `;
 
-function refund(state: FixedWindowState | undefined, { cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<FixedWindowState> {
+function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<number[]> {
   if (state === undefined) return { reply: [0], state, expiresAt: undefined };
   const next = [...state];
   let taken = 0;
@@ -119,6 +133,6 @@ function refund(state: FixedWindowState | undefined, { cost, dryRun, countedAt, 
 
 export const fixedWindow: AlgorithmScripts<FixedWindowState> = {
   algorithm: 'fixed-window',
-  check: { lua: CHECK, apply: check },
-  refund: { lua: REFUND, apply: refund },
+  check: { lua: CHECK, apply: blockingCheck(check) },
+  refund: { lua: REFUND, apply: blockingRefund(refund) },
 };

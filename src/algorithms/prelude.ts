@@ -50,6 +50,25 @@ local function remainingOf(numerator, denominator, limit)
   if units * denominator > room then units = units - 1 elseif (units + 1) * denominator <= room then units = units + 1 end
   return units
 end
+-- A string key may lead with a block marker: '!<until, base 36> <counters>'.
+local function readBlocked(value)
+  if value and string.byte(value, 1) == 33 then
+    local untilText, rest = string.match(value, '^!([0-9a-z]+) ?(.*)$')
+    return tonumber(untilText, 36), rest
+  end
+  return 0, value
+end
+local function withMarker(blockedUntil, body)
+  if blockedUntil == 0 then return body end
+  if body == nil or body == '' then return '!' .. base36(blockedUntil) end
+  return '!' .. base36(blockedUntil) .. ' ' .. body
+end
+-- Starts a block of ARGV[4] ms on a string key, keeping its counters; the key lives at least that long.
+local function writeBlock(body)
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl < extra then ttl = extra end
+  redis.call('SET', KEYS[1], withMarker(now + extra, body), 'PX', ttl)
+end
 local limits, windows = {}, {}
 local longest = 0
 for i = 1, tiers do

@@ -1,3 +1,4 @@
+import { blockingCheck, blockingRefund, type Stored } from './block';
 import { LUA_PRELUDE, longestWindow } from './prelude';
 import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
 
@@ -13,17 +14,24 @@ import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './ty
  * window range ever reaches.
  */
 
-/** Timestamps of counted units, ascending (one entry per unit of cost). */
-export type SlidingLogState = number[];
+/** Timestamps of counted units, ascending (one entry per unit of cost); with a block. */
+export type SlidingLogState = Stored<number[]>;
 
 /** Members added per ZADD, well inside Lua's stack limit for `unpack`. */
 const ZADD_BATCH = 500;
 
 const CHECK = `${LUA_PRELUDE}
 -- Stored at KEYS[1], a sorted set: one member 'time:sequence' scored by its time per counted
--- unit, and the member '#' scored minus the last sequence used; expires one longest window
--- after the last counting check.
+-- unit, the member '#' scored minus the last sequence used, and, while blocked, the member '!'
+-- scored minus the end of the block; expires one longest window after the last counting check
+-- (or when a longer block ends).
 local key = KEYS[1]
+-- A block is the member '!', scored minus the moment it ends.
+local blockedUntil = 0
+local marker = redis.call('ZSCORE', key, '!')
+if marker then blockedUntil = -tonumber(marker) end
+local blocked = blockedUntil > now
+if blocked then dry = true end
 if not dry then redis.call('ZREMRANGEBYSCORE', key, 0, now - longest) end
 local function lower(window)
   if now - window < 0 then return 0 end
@@ -35,6 +43,7 @@ for i = 1, tiers do
   counts[i] = redis.call('ZCOUNT', key, lower(windows[i]), '+inf')
   if counts[i] + cost > limits[i] then allowed = 0 end
 end
+if blocked then allowed = 0 end
 if allowed == 1 and cost > 0 and not dry then
   local last = -tonumber(redis.call('ZINCRBY', key, -cost, '#'))
   local first = last - cost + 1
@@ -49,7 +58,18 @@ if allowed == 1 and cost > 0 and not dry then
     first = stop + 1
   end
   for i = 1, tiers do counts[i] = counts[i] + cost end
+  if blockedUntil > 0 then redis.call('ZREM', key, '!') end
   redis.call('PEXPIRE', key, longest)
+end
+local blockedMs = 0
+if blocked then
+  blockedMs = blockedUntil - now
+elseif allowed == 0 and extra > 0 and not dry then
+  blockedMs = extra
+  redis.call('ZADD', key, -(now + extra), '!')
+  local ttl = redis.call('PTTL', key)
+  if ttl < extra then ttl = extra end
+  redis.call('PEXPIRE', key, ttl)
 end
 -- How long until a request of \`units\` fits in tier i: until the oldest entries that must leave have left.
 local function waitFor(i, units)
@@ -58,7 +78,7 @@ local function waitFor(i, units)
   local oldest = redis.call('ZRANGEBYSCORE', key, lower(windows[i]), '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
   return tonumber(oldest[2]) + windows[i] - now
 end
-local reply = { allowed, now, 0 }
+local reply = { allowed, now, blockedMs }
 for i = 1, tiers do
   local remaining = math.max(0, limits[i] - counts[i])
   local reset = 0
@@ -83,7 +103,7 @@ function firstAbove(log: readonly number[], value: number): number {
   return low;
 }
 
-function check(state: SlidingLogState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<SlidingLogState> {
+function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<number[]> {
   const longest = longestWindow(tiers);
   let log: readonly number[] = state ?? [];
   if (!dryRun) {
@@ -115,7 +135,7 @@ function check(state: SlidingLogState | undefined, { now, cost, dryRun, tiers }:
     const remaining = Math.max(0, limit - counts[i]);
     reply.push(counts[i], 1, waitFor(cost), remaining < limit ? waitFor(remaining + 1) : 0);
   }
-  const next = log.length === 0 ? undefined : (log as SlidingLogState);
+  const next = log.length === 0 ? undefined : (log as number[]);
   // Like the script: counting sets the expiry, trimming alone keeps it.
   return { reply, state: changed || counted ? next : state, expiresAt: counted ? now + longest : undefined };
 }
@@ -128,7 +148,7 @@ if #entries > 0 and not dry then redis.call('ZREM', KEYS[1], unpack(entries)) en
 return { #entries }
 `;
 
-function refund(state: SlidingLogState | undefined, { cost, dryRun, countedAt }: RefundArgs): MemoryResult<SlidingLogState> {
+function refund(state: number[] | undefined, { cost, dryRun, countedAt }: RefundArgs): MemoryResult<number[]> {
   if (state === undefined) return { reply: [0], state, expiresAt: undefined };
   const from = firstAbove(state, countedAt - 1);
   let taken = 0;
@@ -140,6 +160,6 @@ function refund(state: SlidingLogState | undefined, { cost, dryRun, countedAt }:
 
 export const slidingLog: AlgorithmScripts<SlidingLogState> = {
   algorithm: 'sliding-log',
-  check: { lua: CHECK, apply: check },
-  refund: { lua: REFUND, apply: refund },
+  check: { lua: CHECK, apply: blockingCheck(check) },
+  refund: { lua: REFUND, apply: blockingRefund(refund) },
 };

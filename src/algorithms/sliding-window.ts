@@ -1,3 +1,4 @@
+import { blockingCheck, blockingRefund, type Stored } from './block';
 import { LUA_PRELUDE, longestWindow, remainingOf } from './prelude';
 import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
 
@@ -16,8 +17,8 @@ import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './ty
  * One key per identifier is also what keeps it Redis Cluster safe.
  */
 
-/** Per tier: [windowIndex, current, previous], flattened. */
-export type SlidingWindowState = number[];
+/** Per tier: [windowIndex, current, previous], flattened; with a block. */
+export type SlidingWindowState = Stored<number[]>;
 
 const LUA_WAIT = `
 local function wait(current, previous, elapsed, limit, window, cost)
@@ -60,8 +61,12 @@ export function slidingWait(current: number, previous: number, elapsed: number, 
 
 const CHECK = `${LUA_PRELUDE}${LUA_WAIT}
 -- Stored at KEYS[1], a string: per tier 'index:current:previous' in base 36, tiers separated by
--- spaces, index = floor(now / window); expires after twice the longest window.
-local saved = readCounters(redis.call('GET', KEYS[1]))
+-- spaces, index = floor(now / window), after an optional block marker '!<until>'; expires after
+-- twice the longest window (or when a longer block ends).
+local blockedUntil, body = readBlocked(redis.call('GET', KEYS[1]))
+local blocked = blockedUntil > now
+if blocked then dry = true end
+local saved = readCounters(body)
 local current, previous, elapsed = {}, {}, {}
 local allowed = 1
 for i = 1, tiers do
@@ -77,6 +82,7 @@ for i = 1, tiers do
   current[i], previous[i], elapsed[i] = c, p, now - index * window
   if (c + cost) * window + p * (window - elapsed[i]) > limits[i] * window then allowed = 0 end
 end
+if blocked then allowed = 0 end
 if allowed == 1 and cost > 0 and not dry then
   local parts = {}
   for i = 1, tiers do
@@ -85,7 +91,14 @@ if allowed == 1 and cost > 0 and not dry then
   end
   redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', 2 * longest)
 end
-local reply = { allowed, now, 0 }
+local blockedMs = 0
+if blocked then
+  blockedMs = blockedUntil - now
+elseif allowed == 0 and extra > 0 and not dry then
+  blockedMs = extra
+  writeBlock(body)
+end
+local reply = { allowed, now, blockedMs }
 for i = 1, tiers do
   local c, p, e, limit, window = current[i], previous[i], elapsed[i], limits[i], windows[i]
   local numerator = c * window + p * (window - e)
@@ -100,7 +113,7 @@ end
 return reply
 `;
 
-function check(state: SlidingWindowState | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<SlidingWindowState> {
+function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<number[]> {
   const count = tiers.length;
   const current = new Array<number>(count);
   const previous = new Array<number>(count);
@@ -153,7 +166,8 @@ const REFUND = `${LUA_PRELUDE}
 -- rolled since, from 'previous' after it rolled once, from nothing after that. Never below 0.
 local value = redis.call('GET', KEYS[1])
 if not value then return { 0 } end
-local saved = readCounters(value)
+local blockedUntil, body = readBlocked(value)
+local saved = readCounters(body)
 local taken = 0
 for i = 1, tiers do
   local savedIndex = saved[3 * i - 2]
@@ -171,12 +185,12 @@ end
 if taken > 0 and not dry then
   local parts = {}
   for i = 1, #saved / 3 do parts[i] = base36(saved[3 * i - 2]) .. ':' .. base36(saved[3 * i - 1]) .. ':' .. base36(saved[3 * i]) end
-  redis.call('SET', KEYS[1], table.concat(parts, ' '), 'KEEPTTL')
+  redis.call('SET', KEYS[1], withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
 end
 return { taken }
 `;
 
-function refund(state: SlidingWindowState | undefined, { cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<SlidingWindowState> {
+function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<number[]> {
   if (state === undefined) return { reply: [0], state, expiresAt: undefined };
   const next = [...state];
   let taken = 0;
@@ -193,6 +207,6 @@ function refund(state: SlidingWindowState | undefined, { cost, dryRun, countedAt
 
 export const slidingWindow: AlgorithmScripts<SlidingWindowState> = {
   algorithm: 'sliding-window',
-  check: { lua: CHECK, apply: check },
-  refund: { lua: REFUND, apply: refund },
+  check: { lua: CHECK, apply: blockingCheck(check) },
+  refund: { lua: REFUND, apply: blockingRefund(refund) },
 };

@@ -50,6 +50,8 @@ export interface MemoryResult<State> {
   readonly state: State | undefined;
   /** Epoch ms after which the state may be dropped, like the Redis key's expiry; undefined keeps the current expiry. */
   readonly expiresAt: number | undefined;
+  /** The state must live at least until then (a block): the expiry is raised to it when lower. */
+  readonly minExpiresAt?: number;
 }
 
 /**

@@ -36,6 +36,8 @@ export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
   clock: true,
   timeoutMs: true,
   denyCacheSize: true,
+  blockFor: true,
+  shadow: true,
 };
 export const LIMITER_OPTIONS = keysOf<LimiterOptions>(LIMITER_OPTION_KEYS);
 const TIER_OPTIONS = keysOf<TierOptions>({ limit: true, window: true });
@@ -49,6 +51,9 @@ export interface ResolvedLimiterOptions {
   readonly clock: (() => number) | undefined;
   readonly timeoutMs: number;
   readonly denyCacheSize: number;
+  /** Milliseconds; 0 for none. */
+  readonly blockFor: number;
+  readonly shadow: boolean;
 }
 
 /** Validates `options` (whose unknown keys the caller has already rejected) and applies the defaults. */
@@ -67,6 +72,8 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
     timeoutMs: options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : positiveInteger(options.timeoutMs, 'timeoutMs'),
     denyCacheSize:
       options.denyCacheSize === undefined ? DEFAULT_DENY_CACHE_SIZE : nonNegativeInteger(options.denyCacheSize, 'denyCacheSize'),
+    blockFor: options.blockFor === undefined || options.blockFor === 0 ? 0 : parseDuration(options.blockFor, 'blockFor'),
+    shadow: oneOf(options.shadow ?? false, [true, false], 'shadow'),
   };
 }
 

@@ -104,8 +104,10 @@ export class MemoryStore implements Store {
     if (entry !== undefined && result.state === entry.state) {
       shard.set(key, entry); // unchanged, but now the most recently used
     } else if (result.state !== undefined) {
-      // A script that leaves the expiry alone (a refund, a trim) keeps the entry's.
-      shard.set(key, { state: result.state, expiresAt: result.expiresAt ?? entry?.expiresAt ?? Infinity });
+      // A script that leaves the expiry alone (a refund, a trim) keeps the entry's; a block raises it.
+      let expiresAt = result.expiresAt ?? entry?.expiresAt ?? Infinity;
+      if (result.minExpiresAt !== undefined && result.minExpiresAt > expiresAt) expiresAt = result.minExpiresAt;
+      shard.set(key, { state: result.state, expiresAt });
     } else {
       shard.delete(key);
     }

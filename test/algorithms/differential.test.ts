@@ -99,7 +99,7 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
   test('seeded random sequence of checks and peeks over random tier configurations', async () => {
     const seed = 0x5eed + ALGORITHMS.indexOf(algorithm);
     const random = seeded(seed);
-    const counts = { steps: 0, allowed: 0, denied: 0, peeks: 0, multiTier: 0, writes: 0, resets: 0, refunds: 0, ownLimits: 0 };
+    const counts = { steps: 0, allowed: 0, denied: 0, peeks: 0, multiTier: 0, writes: 0, resets: 0, refunds: 0, ownLimits: 0, blocks: 0 };
     const ttl: { last: number | undefined } = { last: undefined };
     const redisClientWithTtl = persistingClient(client, ttl);
     for (let config = 0; config < 12; config++) {
@@ -109,13 +109,16 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
       let now = config % 4 === 0 ? Math.floor(random() * 50) : 1_700_000_000_000 + Math.floor(random() * 100_000);
       const clock = () => now;
       const redisStore = new RedisStore({ client: redisClientWithTtl });
-      const common = { limits: tiers, algorithm, clock, denyCacheSize: 0 } as const;
+      // A third of the configurations block denied identifiers (blockFor).
+      const blockFor = config % 3 === 2 ? 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window))) : 0;
+      const common = { limits: tiers, algorithm, clock, denyCacheSize: 0, blockFor } as const;
       const prefix = uniquePrefix('diff');
       const onRedis = createLimiter({ ...common, store: redisStore, prefix });
       const inMemory = createLimiter({ ...common, store: new MemoryStore({ sweepIntervalMs: 0 }), prefix });
       const history: string[] = [];
       const countedBy = new Map<string, Decision[]>();
       const expiry = new Map<string, number>();
+      const blockedUntil = new Map<string, number>();
       for (let step = 0; step < 300; step++) {
         now = nextTime(now, tiers, random);
         const id = IDENTIFIERS[Math.floor(random() * IDENTIFIERS.length)];
@@ -129,6 +132,7 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
           history.push(`${now} reset ${id}`);
           await Promise.all([onRedis.reset(id), inMemory.reset(id)]);
           expiry.delete(id);
+          blockedUntil.delete(id);
           counts.resets++;
           continue;
         }
@@ -179,6 +183,14 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
             throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a write, expected ${expected}`);
           }
           counts.writes++;
+        } else if (fromRedis.blocked && !peek && (blockedUntil.get(id) ?? 0) <= now) {
+          // A fresh block: the (persisted) key must live at least blockFor.
+          blockedUntil.set(id, now + blockFor);
+          expiry.set(id, Math.max(expiry.get(id) ?? 0, now + blockFor));
+          if (ttl.last! > blockFor || ttl.last! < blockFor - 50) {
+            throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a block, expected ${blockFor}`);
+          }
+          counts.blocks++;
         } else if (ttl.last !== -1 && ttl.last !== -2) {
           // Nothing was counted, so nothing may have set an expiry on the (persisted or absent) key.
           throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} without a write`);
@@ -200,19 +212,29 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
     expect(counts.writes).toBeGreaterThan(500);
     expect(counts.refunds).toBeGreaterThan(100);
     expect(counts.ownLimits).toBeGreaterThan(200);
+    expect(counts.blocks).toBeGreaterThan(30);
   });
 });
 
-/** The stored state read back from Redis, in the shape of the TypeScript twin's state. */
-async function redisState(algorithm: AlgorithmName, key: string): Promise<number[]> {
+/** The stored state read back from Redis, in the shape of the TypeScript twin's state: `{ blockedUntil, body }`. */
+async function redisState(algorithm: AlgorithmName, key: string): Promise<{ blockedUntil: number; body: number[] }> {
   if (algorithm === 'sliding-log') {
     const entries = await client.zrangebyscore(key, 0, '+inf', 'WITHSCORES');
     const scores: number[] = [];
     for (let i = 1; i < entries.length; i += 2) scores.push(Number(entries[i]));
-    return scores;
+    const marker = await client.zscore(key, '!');
+    return { blockedUntil: marker === null ? 0 : -Number(marker), body: scores };
   }
   const value = await client.get(key);
-  return value === null ? [] : readCounters(value);
+  if (value === null) return { blockedUntil: 0, body: [] };
+  const [, until, rest] = /^(?:!([0-9a-z]+) ?)?(.*)$/.exec(value)!;
+  return { blockedUntil: until === undefined ? 0 : parseInt(until, 36), body: readCounters(rest) };
+}
+
+/** The twin's state in the same shape. */
+function twinState(state: unknown): { blockedUntil: number; body: number[] } {
+  const stored = state as { blockedUntil: number; body: number[] | undefined } | undefined;
+  return { blockedUntil: stored?.blockedUntil ?? 0, body: [...(stored?.body ?? [])] };
 }
 
 describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', (algorithm) => {
@@ -224,12 +246,15 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     let denied = 0;
     let refunds = 0;
     let refunded = 0;
+    let blockedChecks = 0;
     for (let config = 0; config < 8; config++) {
       const tiers = randomTiers(random, algorithm);
       const key = `${uniquePrefix('raw')}:k`;
       let now = config % 2 === 0 ? Math.floor(random() * 20) : 1_700_000_000_000 + Math.floor(random() * 100_000);
       let state: unknown;
       const counted: { at: number; cost: number }[] = [];
+      // Half the configurations block a denied identifier for a while (blockFor).
+      const blockFor = config % 2 === 1 ? 0 : 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window)));
       for (let step = 0; step < 150; step++) {
         now = nextTime(now, tiers, random);
         const refund = counted.length > 0 && random() < 0.15;
@@ -245,8 +270,8 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
           result = scripts.refund.apply(state, { now, cost, dryRun, countedAt: taken.at, tiers });
         } else {
           cost = randomCost(random, tiers);
-          argv = scriptArgv(now, cost, dryRun, 0, tiers);
-          result = scripts.check.apply(state, { now, cost, dryRun, blockFor: 0, tiers });
+          argv = scriptArgv(now, cost, dryRun, blockFor, tiers);
+          result = scripts.check.apply(state, { now, cost, dryRun, blockFor, tiers });
         }
         // PERSIST in the same MULTI, so Redis' real clock cannot expire what the fake clock still needs.
         const results = (await client
@@ -262,8 +287,8 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
           throw new Error(`${context}: replies differ\nlua: ${JSON.stringify(fromLua)}\nts:  ${JSON.stringify(result.reply)}`);
         }
         const stored = await redisState(algorithm, key);
-        const twin = (state as number[] | undefined) ?? [];
-        if (!isDeepStrictEqual(stored, [...twin])) {
+        const twin = twinState(state);
+        if (!isDeepStrictEqual(stored, twin)) {
           throw new Error(`${context}: stored state differs\nredis: ${JSON.stringify(stored)}\nts:    ${JSON.stringify(twin)}`);
         }
         compared++;
@@ -272,6 +297,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
           if (fromLua[0] > 0) refunded++;
         } else {
           if (fromLua[0] === 0) denied++;
+          if (fromLua[2] > 0) blockedChecks++;
           if (fromLua[0] === 1 && cost > 0 && !dryRun) counted.push({ at: now, cost });
         }
       }
@@ -281,5 +307,6 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     // Refunds that took something back, and refunds that found their window gone.
     expect(refunded).toBeGreaterThan(20);
     expect(refunds - refunded).toBeGreaterThan(5);
+    expect(blockedChecks).toBeGreaterThan(50);
   });
 });
