@@ -142,7 +142,8 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
     throw new OptionError('SWL_INVALID_CHOICE', `global: must be true or false, got ${describeValue(global)}`);
   const base = new HttpLimiter(shared, fastifyPort);
   const pluginHook = oneOf(shared.hook ?? DEFAULT_HOOK, HOOKS, 'hook');
-  fastify.decorate('rateLimiter', base.limiter);
+  // Registered more than once (an enforcing limiter beside a shadow one), the first keeps the name.
+  if (!fastify.hasDecorator('rateLimiter')) fastify.decorate('rateLimiter', base.limiter);
   if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null);
 
   fastify.addHook('onRoute', (route: RouteOptions) => {

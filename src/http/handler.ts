@@ -59,7 +59,7 @@ export class HttpLimiter<Req, Res> {
     private readonly port: HttpPort<Req, Res>,
   ) {
     this.limiter = new RateLimiter(resolveLimiterOptions(limiterOptionsOf(options as HttpOptions<unknown, unknown>)));
-    this.options = resolveHttpOptions(options, this.limiter.tiers, port.statusOf);
+    this.options = resolveHttpOptions(options, this.limiter, port.statusOf);
     // With limits that depend on the request, two limiters on one prefix may well differ on purpose.
     if (this.options.tiersOf === undefined) warnOnSharedPrefix(this.limiter);
   }
@@ -131,7 +131,8 @@ export class HttpLimiter<Req, Res> {
     if (onNearLimit !== undefined && decision.ratio >= nearLimitBand[0] && decision.ratio <= nearLimitBand[1]) {
       onNearLimit(decision, request);
     }
-    if (decision.allowed) {
+    // In shadow mode a would-be denial is reported (onDecision, request.rateLimit), never enforced.
+    if (decision.allowed || decision.shadow) {
       if (refundWhen !== undefined && decision.counted) {
         this.port.whenDone(response, (finished) => this.settle(refundWhen, identifier, decision, request, response, finished));
       }

@@ -48,12 +48,12 @@ export function limiterOptionsOf(options: HttpOptions<unknown, unknown>): Limite
 }
 
 /**
- * Resolves `options` for a limiter whose own tiers are `tiers`. `statusOf` reads a finished
- * response's status, for the default `requestWasSuccessful`.
+ * Resolves `options` for a limiter with its own `tiers` (and `shadow` mode). `statusOf` reads
+ * a finished response's status, for the default `requestWasSuccessful`.
  */
 export function resolveHttpOptions<Req, Res>(
   options: HttpOptions<Req, Res>,
-  tiers: readonly Tier[],
+  { tiers, shadow }: { readonly tiers: readonly Tier[]; readonly shadow: boolean },
   statusOf: (response: Res) => number,
 ): ResolvedHttpOptions<Req, Res> {
   const identify = resolveIdentify(options.identify, byIp() as unknown as (request: Req) => string | undefined);
@@ -64,7 +64,11 @@ export function resolveHttpOptions<Req, Res>(
   const fixedCost = typeof cost === 'function' || cost === undefined ? DEFAULT_COST : validateCost(cost, tiersOf ? Infinity : smallest);
   const skip = optionalFunction(options.skip, 'skip');
   const refundWhen = resolveRefund(options, statusOf);
-  const writeHeaders = createHeaderWriter(options.headers, options.resetFormat, tiersOf ? undefined : tiers);
+  // A shadow limiter must not change what clients see: no headers unless asked for.
+  const writeHeaders =
+    shadow && options.headers === undefined
+      ? undefined
+      : createHeaderWriter(options.headers, options.resetFormat, tiersOf ? undefined : tiers);
   const statusCode = options.statusCode ?? DEFAULT_STATUS_CODE;
   if (!Number.isInteger(statusCode) || statusCode < 400 || statusCode > 599) {
     throw new OptionError('SWL_INVALID_NUMBER', `statusCode: must be an HTTP error status (400-599), got ${describeValue(statusCode)}`);
