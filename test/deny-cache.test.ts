@@ -5,6 +5,7 @@
  */
 import type { Redis } from 'ioredis';
 import { createLimiter, type Decision, MemoryStore, RedisStore, type Store } from '../src';
+import { ALGORITHM_NAMES } from '../src/algorithms';
 import type { AlgorithmName, Tier } from '../src/algorithms/types';
 import { DenyCache } from '../src/deny-cache';
 import { mulberry32 as seeded } from '../support/random';
@@ -17,7 +18,7 @@ beforeAll(() => {
 afterAll(() => client.quit());
 afterEach(() => jest.restoreAllMocks());
 
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 const stores: [string, () => Store][] = [
   ['RedisStore', () => new RedisStore({ client })],
   ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
@@ -87,7 +88,8 @@ describe.each(stores)('deny cache on %s', (_name, makeStore) => {
     }
     // The comparison must have exercised the cache.
     expect(denials).toBeGreaterThan(200);
-    expect(cachedAnswers).toBeGreaterThan(100);
+    // A token bucket gives a unit back soon after a denial, which ends a cached answer sooner.
+    expect(cachedAnswers).toBeGreaterThan(algorithm === 'token-bucket' ? 50 : 100);
   });
 });
 

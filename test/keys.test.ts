@@ -5,6 +5,7 @@
  */
 import type { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Store } from '../src';
+import { ALGORITHM_NAMES } from '../src/algorithms';
 import type { AlgorithmName } from '../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from './helpers/redis';
 
@@ -49,7 +50,7 @@ const ODD_IDENTIFIERS = [
   '\udfff',
   '\u0000nul',
 ];
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
 describe('keyFor', () => {
   test('an identifier up to 128 characters is kept as is, under the prefix', () => {

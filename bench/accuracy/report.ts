@@ -10,6 +10,7 @@ const COLORS: Record<AlgorithmName, string> = {
   'sliding-window': '#1f77b4',
   'fixed-window': '#e67300',
   'sliding-log': '#2ca02c',
+  'token-bucket': '#9467bd',
 };
 
 /** A share as a percentage with four decimals; exact zero stays "0". */

@@ -5,7 +5,7 @@ export interface Tier {
 }
 
 /** The name of a rate-limiting algorithm, as given in the `algorithm` option. */
-export type AlgorithmName = 'sliding-window' | 'fixed-window' | 'sliding-log';
+export type AlgorithmName = 'sliding-window' | 'fixed-window' | 'sliding-log' | 'token-bucket';
 
 /**
  * The answer of a check script, produced identically by the Lua script and its TypeScript twin:

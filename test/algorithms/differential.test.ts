@@ -13,7 +13,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Redis } from 'ioredis';
 import { createLimiter, type Decision, MemoryStore, RedisStore } from '../../src';
-import { ALGORITHMS as SCRIPTS } from '../../src/algorithms';
+import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../src/algorithms';
 import { readCounters, scriptArgv } from '../../src/algorithms/prelude';
 import type { AlgorithmName, MemoryResult, Tier } from '../../src/algorithms/types';
 import { mulberry32 as seeded } from '../../support/random';
@@ -59,11 +59,15 @@ function randomCost(random: () => number, tiers: readonly Tier[]): number {
   return Math.floor(random() * (smallest + 1));
 }
 
-/** The PTTL a counting write must leave, per algorithm. */
-function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: number): number {
+/** The PTTL a counting write must leave, per algorithm (a token bucket's: until every bucket is full again). */
+function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: number, decision: Decision): number {
   const longest = Math.max(...tiers.map((tier) => tier.window));
   if (algorithm === 'sliding-window') return 2 * longest;
   if (algorithm === 'sliding-log') return longest;
+  if (algorithm === 'token-bucket') {
+    // A tier's level in ms is TAT - now = estimated x window / limit, rounded up to whole ms.
+    return Math.max(...decision.tiers.map((tier) => Math.ceil(Math.round(tier.estimated * tier.window) / tier.limit)));
+  }
   return Math.max(...tiers.map(({ window }) => (Math.floor(now / window) + 1) * window - now));
 }
 
@@ -93,7 +97,7 @@ function persistingClient(redis: Redis, ttl: { last: number | undefined }): Redi
   });
 }
 
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
 describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (algorithm) => {
   test('seeded random sequence of checks and peeks over random tier configurations', async () => {
@@ -175,7 +179,7 @@ describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (
           );
         }
         if (fromRedis.counted) {
-          const expected = expectedTtl(algorithm, callTiers, now);
+          const expected = expectedTtl(algorithm, callTiers, now, fromRedis);
           expiry.set(id, now + expected);
           // Read in the same MULTI as the write. Redis does not expire keys inside a MULTI, but
           // PTTL is counted on its real clock: allow for a server that was descheduled meanwhile.
@@ -228,7 +232,21 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<{ bloc
   const value = await client.get(key);
   if (value === null) return { blockedUntil: 0, body: [] };
   const [, until, rest] = /^(?:!([0-9a-z]+) ?)?(.*)$/.exec(value)!;
-  return { blockedUntil: until === undefined ? 0 : parseInt(until, 36), body: readCounters(rest) };
+  // A token bucket keeps per tier 'm' or 'm:r': the twin holds [m, r] pairs.
+  const body =
+    algorithm === 'token-bucket'
+      ? rest
+          .split(' ')
+          .filter(Boolean)
+          .flatMap((part) =>
+            part
+              .split(':')
+              .map((n) => parseInt(n, 36))
+              .concat([0])
+              .slice(0, 2),
+          )
+      : readCounters(rest);
+  return { blockedUntil: until === undefined ? 0 : parseInt(until, 36), body };
 }
 
 /** The twin's state in the same shape. */

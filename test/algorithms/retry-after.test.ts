@@ -5,6 +5,7 @@
  */
 import type { Redis } from 'ioredis';
 import { createLimiter, type Decision, type Limiter, MemoryStore, RedisStore, type Store } from '../../src';
+import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
 import { mulberry32 as seeded } from '../../support/random';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
@@ -19,7 +20,7 @@ const stores: [string, () => Store][] = [
   ['RedisStore', () => new RedisStore({ client })],
   ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
 ];
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 const MINUTE = 60_000;
 const START = 1_700_000_040_000 - (1_700_000_040_000 % (10 * MINUTE)); // a boundary of every window used
 
@@ -129,19 +130,29 @@ describe.each(stores)('exact retryAfterMs on %s', (_name, makeStore) => {
     clock.set(START + 2_000);
     expect((await limiter.check('a', { cost: 2 })).allowed).toBe(true);
     clock.set(START + 4_000);
-    const denied = await limiter.check('a');
+    // A token bucket has refilled 1.6 units of its 10 s tier by now (one every 2.5 s): a cost of 2 waits.
+    const cost = algorithm === 'token-bucket' ? 2 : 1;
+    const denied = await limiter.check('a', { cost });
     expect(denied.allowed).toBe(false);
     expect(denied.tier).toBe(1);
     // The 1 s tier is empty again; the 10 s tier holds 4.
     //   fixed window: until its window ends at 10 s: 6 s;  sliding log: until the units of 0 s leave: 6 s;
-    //   sliding window: in the next window 4 * (10 - e) / 10 + 1 <= 4 from e = 2.5 s: 6 + 2.5 s.
-    const expected = { 'sliding-window': 8_500, 'fixed-window': 6_000, 'sliding-log': 6_000 }[algorithm];
+    //   sliding window: in the next window 4 * (10 - e) / 10 + 1 <= 4 from e = 2.5 s: 6 + 2.5 s;
+    //   token bucket: full again at 10 s, room for 2 (5 s of refill) at 5 s: 1 s.
+    const expected = { 'sliding-window': 8_500, 'fixed-window': 6_000, 'sliding-log': 6_000, 'token-bucket': 1_000 }[algorithm];
     expect(denied.retryAfterMs).toBe(expected);
-    expect(denied.tiers[0].resetAt).toBe(denied.now);
     expect(denied.tiers[1].resetAt).toBe(denied.resetAt);
-    // Cost 1 with nothing left: the next unit of quota is exactly what the request waits for.
-    expect(denied.resetAt).toBe(denied.now + denied.retryAfterMs);
-    await expectFirstAllowedAt(limiter, clock, 'a', 1, denied.now + denied.retryAfterMs);
+    if (algorithm === 'token-bucket') {
+      // The 1 s bucket is full again; the 10 s one holds 2.4 units, 0.4 of a unit above 2: one
+      // more unit (remaining 1 to 2, at level 2) comes back 1 s later, when the request fits too.
+      expect(denied.tiers[0].resetAt).toBe(denied.now);
+      expect(denied.resetAt).toBe(denied.now + 1_000);
+    } else {
+      expect(denied.tiers[0].resetAt).toBe(denied.now);
+      // Cost 1 with nothing left: the next unit of quota is exactly what the request waits for.
+      expect(denied.resetAt).toBe(denied.now + denied.retryAfterMs);
+    }
+    await expectFirstAllowedAt(limiter, clock, 'a', cost, denied.now + denied.retryAfterMs);
   });
 
   test.each(ALGORITHMS)('%s: every denial and every full allowance in a random sequence gives the exact wait', async (algorithm) => {

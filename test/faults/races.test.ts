@@ -7,9 +7,10 @@
  */
 import type { Redis } from 'ioredis';
 import { type AlgorithmName, createLimiter, type Limiter, RedisStore } from '../../src';
+import { ALGORITHM_NAMES } from '../../src/algorithms';
 import { quietClient, type RedisProcess, startFaultRedis, waitReady } from '../helpers/redis-faults';
 
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 const INSTANCES = 4;
 const CHECKS = 1_000;
 const LIMIT = 100;

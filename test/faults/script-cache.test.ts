@@ -6,11 +6,12 @@
  * client is connected again, the first check succeeds and counts from zero.
  */
 import { type AlgorithmName, createLimiter, RedisStore } from '../../src';
+import { ALGORITHM_NAMES } from '../../src/algorithms';
 import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
 import { watchUnhandledRejections } from '../helpers/process';
 import { CLIENT_CONFIGS, quietClient, type RedisProcess, startFaultRedis, waitReady } from '../helpers/redis-faults';
 
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 let tests = 0;
 /** A prefix of its own for each test: they share one server. */
 const prefix = (name: string): string => `${name}-${++tests}`;

@@ -8,6 +8,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { type Decision, MemoryStore, RedisStore, type Store } from '../../src';
+import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
@@ -30,7 +31,7 @@ const stores: [string, () => Store][] = [
   ['RedisStore', () => new RedisStore({ client })],
   ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
 ];
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
 /** Retry-After (s) after 3 requests at START and a 4th at START + 1 s, limit 3 per minute, per algorithm. */
 const EXPECTED_RETRY_AFTER: Record<AlgorithmName, number> = {
@@ -40,6 +41,8 @@ const EXPECTED_RETRY_AFTER: Record<AlgorithmName, number> = {
   'fixed-window': 29,
   // the oldest entry (at START) leaves at START + 60 s: 59 s after START + 1 s
   'sliding-log': 59,
+  // a unit comes back every 20 s: the bucket, full at START + 60 s, has room for one at START + 20 s
+  'token-bucket': 19,
 };
 
 type Get = (url: string) => Promise<request.Response>;

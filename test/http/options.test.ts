@@ -53,7 +53,7 @@ const BAD: [string, Record<string, unknown>, string][] = [
   ['limit 0', { limit: 0 }, 'limit'],
   ['window unparsable', { window: 'soon' }, 'window'],
   ['limits and limit together', { limit: 5, limits: [{ limit: 5, window: '1s' }] }, 'limits'],
-  ['algorithm unknown', { algorithm: 'token-bucket' }, 'algorithm'],
+  ['algorithm unknown', { algorithm: 'leaky-bucket' }, 'algorithm'],
   ['prefix with a brace', { prefix: 'a{b}' }, 'prefix'],
   ['timeoutMs 0', { timeoutMs: 0 }, 'timeoutMs'],
 ];

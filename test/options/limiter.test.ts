@@ -104,7 +104,7 @@ describe('createLimiter options', () => {
     expectOptionError(() => createLimiter({ limit: 2 ** 40, window: '1d' }), 'limit');
   });
 
-  test.each(['token-bucket', 'slidingWindow', '', 42])('algorithm %p is rejected, naming algorithm', (algorithm) => {
+  test.each(['leaky-bucket', 'slidingWindow', '', 42])('algorithm %p is rejected, naming algorithm', (algorithm) => {
     expectOptionError(() => createLimiter({ algorithm: algorithm as 'fixed-window' }), 'algorithm');
   });
 

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { createLimiter, RedisStore } from '../../src';
-import { ALGORITHMS as SCRIPTS } from '../../src/algorithms';
+import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { clusterClient, manualClock, uniquePrefix } from '../helpers/redis';
 
@@ -14,7 +14,7 @@ import { clusterClient, manualClock, uniquePrefix } from '../helpers/redis';
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const calculateSlot = require('cluster-key-slot') as (key: string) => number;
 
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 const HOUR = 3_600_000;
 const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR);
 
@@ -159,10 +159,17 @@ describe('Redis Cluster with the Redis clock', () => {
     expect(mastersWithKeys).toBeGreaterThanOrEqual(2);
     await Promise.all(cluster.nodes('master').map((node) => (node as Redis).script('FLUSH')));
     for (const node of cluster.nodes('master')) {
-      expect(await (node as Redis).script('EXISTS', ...ALGORITHMS.map((name) => sha1(SCRIPTS[name].check.lua)))).toEqual([0, 0, 0]);
+      expect(await (node as Redis).script('EXISTS', ...ALGORITHMS.map((name) => sha1(SCRIPTS[name].check.lua)))).toEqual(
+        ALGORITHMS.map(() => 0),
+      );
     }
     for (const limiter of limiters) {
-      for (const id of ids) expect(await limiter.check(id)).toMatchObject({ allowed: true, estimated: 2 });
+      for (const id of ids) {
+        const decision = await limiter.check(id);
+        expect(decision.allowed).toBe(true);
+        // Two counted (a token bucket on Redis's real clock has drained a sliver since the first).
+        expect(decision.estimated).toBeCloseTo(2, 3);
+      }
     }
   });
 });

@@ -5,12 +5,12 @@
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { createLimiter, RedisStore } from '../../src';
-import { ALGORITHMS as SCRIPTS } from '../../src/algorithms';
+import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { type RedisProcess, startRedis } from '../../support/redis-server';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 let client: Redis;
 let admin: Redis;
 beforeAll(() => {

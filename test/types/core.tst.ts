@@ -95,11 +95,14 @@ describe('createLimiter', () => {
 
   test('algorithm accepts only the algorithm names', () => {
     expect<LimiterOptions['algorithm']>().type.toBe<AlgorithmName | undefined>();
-    expect<AlgorithmName>().type.toBe<'sliding-window' | 'fixed-window' | 'sliding-log'>();
+    expect<AlgorithmName>().type.toBe<'sliding-window' | 'fixed-window' | 'sliding-log' | 'token-bucket'>();
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'sliding-window' });
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'fixed-window' });
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'sliding-log' });
-    expect(createLimiter).type.not.toBeCallableWith({ algorithm: 'token-bucket' });
+    expect(createLimiter).type.toBeCallableWith({ blockFor: '10m', shadow: true });
+    expect(createLimiter).type.not.toBeCallableWith({ shadow: 'yes' });
+    expect(createLimiter).type.toBeCallableWith({ algorithm: 'token-bucket' });
+    expect(createLimiter).type.not.toBeCallableWith({ algorithm: 'leaky-bucket' });
     expect(createLimiter).type.not.toBeCallableWith({ algorithm: 'Sliding-Window' });
     const name: string = 'sliding-window';
     expect(createLimiter).type.not.toBeCallableWith({ algorithm: name });

@@ -195,7 +195,7 @@ describe('options', () => {
     expect(rateLimit).type.not.toBeCallableWith({ headers: true });
     expect(rateLimit).type.not.toBeCallableWith({ resetFormat: 'iso' });
     expect(rateLimit).type.not.toBeCallableWith({ limit: 'x' });
-    expect(rateLimit).type.not.toBeCallableWith({ algorithm: 'token-bucket' });
+    expect(rateLimit).type.not.toBeCallableWith({ algorithm: 'leaky-bucket' });
     expect(rateLimit).type.not.toBeCallableWith({ cost: '1' });
     expect(rateLimit).type.not.toBeCallableWith({ message: 42 });
     expect(rateLimit).type.not.toBeCallableWith({ nearLimitBand: [0.9] });

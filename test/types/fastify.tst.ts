@@ -53,8 +53,8 @@ describe('app.register(rateLimitPlugin, options)', () => {
     await app.register(rateLimitPlugin, { hook: 'onSend' });
     // @ts-expect-error Type 'string' is not assignable to type 'boolean | undefined'
     await app.register(rateLimitPlugin, { global: 'yes' });
-    // @ts-expect-error Type '"token-bucket"' is not assignable to type 'AlgorithmName | undefined'
-    await app.register(rateLimitPlugin, { algorithm: 'token-bucket' });
+    // @ts-expect-error Type '"leaky-bucket"' is not assignable to type 'AlgorithmName | undefined'
+    await app.register(rateLimitPlugin, { algorithm: 'leaky-bucket' });
     // @ts-expect-error Type '"sometimes"' is not assignable to type
     await app.register(rateLimitPlugin, { failMode: 'sometimes' });
     // @ts-expect-error Type '"draft-99"' is not assignable to type 'HeadersOption | undefined'

@@ -1,0 +1,233 @@
+import { blockingCheck, blockingRefund, type Stored } from './block';
+import { LUA_PRELUDE, remainingOf } from './prelude';
+import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
+
+/**
+ * Token bucket, as GCRA (the generic cell rate algorithm). Per tier, `limit` is the bucket's
+ * size (the burst allowed at once) and `window` the time the whole bucket takes to refill, so
+ * one unit comes back every `window / limit` ms. The only state is the theoretical arrival
+ * time (TAT): the moment the bucket would be full again. A request of cost `c` moves it
+ * `c × window / limit` later and is allowed iff that leaves it at most `window` ahead of now.
+ * The bucket's level in units is `(TAT − now) × limit / window`.
+ *
+ * `window / limit` is rarely a whole number of ms, so TAT is kept exactly as `m + r / limit`
+ * ms (`0 ≤ r < limit`), and every comparison is made in integers.
+ *
+ * Storage: one string key per identifier: per tier `m` or `m:r` in base 36, tiers separated by
+ * spaces, after an optional block marker `!<until>`; it expires when every bucket is full again
+ * (or when a longer block ends), since a full bucket is the same as none.
+ */
+
+/** Per tier: [m, r] (TAT = m + r / limit ms), flattened; with a block. */
+export type TokenBucketState = Stored<number[]>;
+
+const LUA_TAT = `
+-- Stored TATs, per tier a pair {m, r}; an r of a former, larger limit is carried into m.
+local function readTats(body)
+  local tats = {}
+  if body then
+    for part in string.gmatch(body, '%S+') do
+      local m, r = string.match(part, '^([0-9a-z]+):?([0-9a-z]*)$')
+      tats[#tats + 1] = { tonumber(m, 36), r == '' and 0 or tonumber(r, 36) }
+    end
+  end
+  return tats
+end
+-- The TAT of tier i at now: never earlier than now (a full bucket).
+local function tatAt(tats, i)
+  local tat = tats[i]
+  if not tat then return now, 0 end
+  local m, r, limit = tat[1], tat[2], limits[i]
+  if r >= limit then m, r = m + math.floor(r / limit), r % limit end
+  if m < now then return now, 0 end
+  return m, r
+end
+-- TAT + units x window / limit.
+local function advance(m, r, i, units)
+  local step, limit = units * windows[i], limits[i]
+  m, r = m + math.floor(step / limit), r + step % limit
+  if r >= limit then m, r = m + 1, r - limit end
+  return m, r
+end
+-- Milliseconds until a request of 'units' fits tier i whose TAT is m + r / limit.
+local function waitFor(m, r, i, units)
+  local nm, nr = advance(m, r, i, units)
+  local at = nm - windows[i]
+  if nr > 0 then at = at + 1 end
+  if at > now then return at - now end
+  return 0
+end
+local function encode(m, r)
+  if r == 0 then return base36(m) end
+  return base36(m) .. ':' .. base36(r)
+end
+`;
+
+const CHECK = `${LUA_PRELUDE}${LUA_TAT}
+-- Stored at KEYS[1], a string: per tier the TAT as 'm' or 'm:r' in base 36 (TAT = m + r / limit
+-- ms), tiers separated by spaces, after an optional block marker '!<until>'; expires when every
+-- bucket is full again (or when a longer block ends).
+local blockedUntil, body = readBlocked(redis.call('GET', KEYS[1]))
+local blocked = blockedUntil > now
+if blocked then dry = true end
+local saved = readTats(body)
+local ms, rs = {}, {}
+local allowed = 1
+for i = 1, tiers do
+  ms[i], rs[i] = tatAt(saved, i)
+  if waitFor(ms[i], rs[i], i, cost) > 0 then allowed = 0 end
+end
+if blocked then allowed = 0 end
+if allowed == 1 and cost > 0 and not dry then
+  local parts = {}
+  local expiry = 0
+  for i = 1, tiers do
+    ms[i], rs[i] = advance(ms[i], rs[i], i, cost)
+    parts[i] = encode(ms[i], rs[i])
+    local full = ms[i] - now
+    if rs[i] > 0 then full = full + 1 end
+    if full > expiry then expiry = full end
+  end
+  redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', expiry)
+end
+local blockedMs = 0
+if blocked then
+  blockedMs = blockedUntil - now
+elseif allowed == 0 and extra > 0 and not dry then
+  blockedMs = extra
+  writeBlock(body)
+end
+local reply = { allowed, now, blockedMs }
+for i = 1, tiers do
+  local limit, window = limits[i], windows[i]
+  local numerator = (ms[i] - now) * limit + rs[i]
+  local remaining = remainingOf(numerator, window, limit)
+  local reset = 0
+  if remaining < limit then reset = waitFor(ms[i], rs[i], i, remaining + 1) end
+  reply[#reply + 1] = numerator
+  reply[#reply + 1] = window
+  reply[#reply + 1] = waitFor(ms[i], rs[i], i, cost)
+  reply[#reply + 1] = reset
+end
+return reply
+`;
+
+/** TAT arithmetic of the twin, on [m, r] pairs, exactly as the Lua above. */
+function tatAt(state: readonly number[] | undefined, i: number, limit: number, now: number): [number, number] {
+  if (state === undefined || 2 * i >= state.length) return [now, 0];
+  let m = state[2 * i];
+  let r = state[2 * i + 1];
+  if (r >= limit) {
+    m += Math.floor(r / limit);
+    r %= limit;
+  }
+  return m < now ? [now, 0] : [m, r];
+}
+
+function advance(m: number, r: number, limit: number, window: number, units: number): [number, number] {
+  const step = units * window;
+  let nm = m + Math.floor(step / limit);
+  let nr = r + (step % limit);
+  if (nr >= limit) {
+    nm += 1;
+    nr -= limit;
+  }
+  return [nm, nr];
+}
+
+function waitFor(m: number, r: number, limit: number, window: number, units: number, now: number): number {
+  const [nm, nr] = advance(m, r, limit, window, units);
+  const at = nm - window + (nr > 0 ? 1 : 0);
+  return at > now ? at - now : 0;
+}
+
+function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<number[]> {
+  const count = tiers.length;
+  const tats = new Array<[number, number]>(count);
+  let allowed = 1;
+  for (let i = 0; i < count; i++) {
+    const { limit, window } = tiers[i];
+    tats[i] = tatAt(state, i, limit, now);
+    if (waitFor(tats[i][0], tats[i][1], limit, window, cost, now) > 0) allowed = 0;
+  }
+  let next = state;
+  let expiresAt: number | undefined;
+  if (allowed === 1 && cost > 0 && !dryRun) {
+    next = new Array<number>(2 * count);
+    let expiry = 0;
+    for (let i = 0; i < count; i++) {
+      tats[i] = advance(tats[i][0], tats[i][1], tiers[i].limit, tiers[i].window, cost);
+      next[2 * i] = tats[i][0];
+      next[2 * i + 1] = tats[i][1];
+      const full = tats[i][0] - now + (tats[i][1] > 0 ? 1 : 0);
+      if (full > expiry) expiry = full;
+    }
+    expiresAt = now + expiry;
+  }
+  const reply: number[] = [allowed, now, 0];
+  for (let i = 0; i < count; i++) {
+    const { limit, window } = tiers[i];
+    const [m, r] = tats[i];
+    const numerator = (m - now) * limit + r;
+    const remaining = remainingOf(numerator, window, limit);
+    const reset = remaining < limit ? waitFor(m, r, limit, window, remaining + 1, now) : 0;
+    reply.push(numerator, window, waitFor(m, r, limit, window, cost, now), reset);
+  }
+  return { reply, state: next, expiresAt };
+}
+
+const REFUND = `${LUA_PRELUDE}${LUA_TAT}
+-- Takes back ARGV[2] units counted at ARGV[4] from each tier whose bucket may still hold them
+-- (a unit drains within one window of being counted): the TAT moves back, never before now.
+local value = redis.call('GET', KEYS[1])
+if not value then return { 0 } end
+local blockedUntil, body = readBlocked(value)
+local saved = readTats(body)
+local taken = 0
+for i = 1, math.min(tiers, #saved) do
+  local m, r = tatAt(saved, i)
+  if now < extra + windows[i] and (m > now or r > 0) then
+    local step, limit = cost * windows[i], limits[i]
+    m, r = m - math.floor(step / limit), r - step % limit
+    if r < 0 then m, r = m - 1, r + limit end
+    if m < now then m, r = now, 0 end
+    saved[i] = { m, r }
+    taken = taken + cost
+  end
+end
+if taken > 0 and not dry then
+  local parts = {}
+  for i = 1, #saved do parts[i] = encode(saved[i][1], saved[i][2]) end
+  redis.call('SET', KEYS[1], withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
+end
+return { taken }
+`;
+
+function refund(state: number[] | undefined, { now, cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<number[]> {
+  if (state === undefined) return { reply: [0], state, expiresAt: undefined };
+  const next = [...state];
+  let taken = 0;
+  for (let i = 0; i < tiers.length && 2 * i < state.length; i++) {
+    const { limit, window } = tiers[i];
+    let [m, r] = tatAt(state, i, limit, now);
+    if (now >= countedAt + window || (m <= now && r === 0)) continue;
+    const step = cost * window;
+    m -= Math.floor(step / limit);
+    r -= step % limit;
+    if (r < 0) {
+      m -= 1;
+      r += limit;
+    }
+    if (m < now) [m, r] = [now, 0];
+    next[2 * i] = m;
+    next[2 * i + 1] = r;
+    taken += cost;
+  }
+  return { reply: [taken], state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
+}
+
+export const tokenBucket: AlgorithmScripts<TokenBucketState> = {
+  algorithm: 'token-bucket',
+  check: { lua: CHECK, apply: blockingCheck(check) },
+  refund: { lua: REFUND, apply: blockingRefund(refund) },
+};
