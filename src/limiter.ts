@@ -13,7 +13,7 @@ import {
   smallestLimit,
   validateCost,
 } from './options/limiter';
-import { checkOptions, describeValue } from './options/validate';
+import { checkOptions, describeValue, keysOf } from './options/validate';
 import type { Store } from './stores/types';
 import { withTimeout } from './timeout';
 import type { CheckOptions, Decision, Limiter, LimiterOptions } from './types';
@@ -61,13 +61,25 @@ export class RateLimiter implements Limiter {
     return this.run(identifier, options, true);
   }
 
+  /**
+   * A check whose cost and tiers the caller has validated already (the HTTP layer): no option
+   * object to read. `tiers` undefined means the limiter's own.
+   */
+  checkValidated(identifier: string, cost: number, tiers: readonly Tier[] | undefined): Promise<Decision> {
+    let key: string;
+    try {
+      key = this.keyFor(identifier);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.decide(key, cost, tiers ?? this.tiers, false);
+  }
+
   refund(identifier: string, decision: Decision): Promise<void> {
     let key: string;
     try {
       key = this.keyFor(identifier);
-      if (decision === null || typeof decision !== 'object') {
-        throw new OptionError('SWL_INVALID_TYPE', `decision: must be a decision returned by check(), got ${describeValue(decision)}`);
-      }
+      checkDecision(decision);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -93,18 +105,26 @@ export class RateLimiter implements Limiter {
 
   private run(identifier: string, options: CheckOptions | undefined, dryRun: boolean): Promise<Decision> {
     let key: string;
-    let cost: number;
+    let cost = DEFAULT_COST;
     let tiers = this.tiers;
     try {
       key = this.keyFor(identifier);
-      if (options !== undefined && (options.limit !== undefined || options.window !== undefined || options.limits !== undefined)) {
-        tiers = callTiers(options, this.tiers);
+      if (options !== undefined) {
+        checkOptions(options, CHECK_OPTIONS, dryRun ? 'peek' : 'check');
+        if (options.limit !== undefined || options.window !== undefined || options.limits !== undefined) {
+          tiers = callTiers(options, this.tiers);
+        }
+        if (options.cost !== undefined) {
+          cost = validateCost(options.cost, tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers));
+        }
       }
-      const smallest = tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers);
-      cost = options?.cost === undefined ? DEFAULT_COST : validateCost(options.cost, smallest);
     } catch (error) {
       return Promise.reject(error);
     }
+    return this.decide(key, cost, tiers, dryRun);
+  }
+
+  private decide(key: string, cost: number, tiers: readonly Tier[], dryRun: boolean): Promise<Decision> {
     const now = this.clock?.();
     if (this.denyCache !== undefined) {
       const denied = this.denyCache.get(key, cost, tiers, now ?? Date.now());
@@ -124,6 +144,24 @@ export class RateLimiter implements Limiter {
 
   private bounded<T>(promise: Promise<T>): Promise<T> {
     return this.store.needsTimeout ? withTimeout(promise, this.timeoutMs) : promise;
+  }
+}
+
+const CHECK_OPTIONS = keysOf<CheckOptions>({ cost: true, limit: true, window: true, limits: true });
+
+/** Throws unless `decision` has what a refund reads: `counted`, `cost`, `now` and the `tiers` it was decided with. */
+function checkDecision(decision: Decision): void {
+  const candidate = decision as Partial<Decision> | null;
+  if (
+    candidate === null ||
+    typeof candidate !== 'object' ||
+    typeof candidate.counted !== 'boolean' ||
+    !Number.isSafeInteger(candidate.cost) ||
+    !Number.isFinite(candidate.now) ||
+    !Array.isArray(candidate.tiers) ||
+    !candidate.tiers.every((tier) => Number.isSafeInteger(tier?.limit) && Number.isSafeInteger(tier?.window))
+  ) {
+    throw new OptionError('SWL_INVALID_TYPE', `decision: must be a decision returned by check(), got ${describeValue(decision)}`);
   }
 }
 

@@ -112,8 +112,7 @@ export class HttpLimiter<Req, Res> {
   }
 
   private check({ identifier, cost, tiers }: Check, request: Req, response: Res, proceed: Proceed): void {
-    const options = tiers === undefined ? { cost } : { cost, limits: tiers };
-    this.limiter.check(identifier, options).then(
+    this.limiter.checkValidated(identifier, cost, tiers).then(
       (decision) => {
         try {
           this.respond(decision, identifier, request, response, proceed);

@@ -9,7 +9,8 @@ import { createLimiter, type Decision, type Limiter, MemoryStore, OptionError, R
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { clusterClient, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+// The token bucket's refund (no windows: its level) has its own tests at the end of this file.
+const ALGORITHMS = ['sliding-window', 'fixed-window', 'sliding-log'] as const;
 const HOUR = 3_600_000;
 const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR); // a boundary of every window used here
 
@@ -261,27 +262,16 @@ describe.each(BACKENDS)('refund on %s', (backend) => {
       expect((await limiter.peek('u', { cost: 0 })).estimated).toBe(1);
     });
 
-    // BUG: refund() validates only that the decision is an object. An object without `tiers`
-    // (e.g. `{ counted: true, cost: 1, now }`) reaches the store, whose code throws a plain TypeError
-    // synchronously out of refund() ("tiers is not iterable" from the Redis ARGV encoder, "Cannot read
-    // properties of undefined (reading 'length')" from the sliding/fixed window memory twins) instead of
-    // returning a promise: a caller's `.catch()` never sees it. The memory sliding log, whose refund
-    // does not read `tiers`, returns a promise (and takes the unit back), so it is a plain test there.
-    // Repro: `await limiter.check('u'); limiter.refund('u', { counted: true, cost: 1, now: Date.now() } as never)` throws.
-    const throwsSynchronously = !(backend === 'MemoryStore' && algorithm === 'sliding-log');
-    (throwsSynchronously ? test.failing : test)(
-      'refund() never throws synchronously, even given an object that is not a decision',
-      async () => {
-        const { limiter } = setup(ONE_TIER);
-        const counted = await limiter.check('u');
-        let refund: Promise<void> | undefined;
-        expect(() => {
-          refund = limiter.refund('u', { counted: true, cost: 1, now: counted.now } as unknown as Decision);
-        }).not.toThrow();
-        expect(refund).toBeInstanceOf(Promise);
-        await refund?.catch(() => undefined);
-      },
-    );
+    test('refund() never throws synchronously, even given an object that is not a decision', async () => {
+      const { limiter } = setup(ONE_TIER);
+      const counted = await limiter.check('u');
+      let refund: Promise<void> | undefined;
+      expect(() => {
+        refund = limiter.refund('u', { counted: true, cost: 1, now: counted.now } as unknown as Decision);
+      }).not.toThrow();
+      expect(refund).toBeInstanceOf(Promise);
+      await refund?.catch(() => undefined);
+    });
   });
 });
 
@@ -404,7 +394,7 @@ describe.each(BACKENDS)('refund from the window the decision was counted in, on 
 
 describe.each(BACKENDS)('a refund keeps the expiry of the key, on %s', (backend) => {
   /** When each algorithm's key for one check at `at` (1 h window, at an hour boundary + 1 s) expires. */
-  const expiry = (algorithm: AlgorithmName, at: number): number =>
+  const expiry = (algorithm: (typeof ALGORITHMS)[number], at: number): number =>
     ({ 'sliding-window': at + 2 * HOUR, 'fixed-window': START + HOUR, 'sliding-log': at + HOUR })[algorithm];
 
   test.each(ALGORITHMS)('%s', async (algorithm) => {
@@ -465,5 +455,38 @@ describe.each(['RedisStore', 'RedisStore on Cluster'] as const)('on %s a refund 
       });
     }
     expect((await keysUnder(redis, limiter.prefix)).sort()).toEqual(ids.map((id) => limiter.keyFor(id)).sort());
+  });
+});
+
+describe.each(BACKENDS)('token bucket refunds, on %s', (backend) => {
+  // 10 units, one back every second.
+  const setup = () => setupFor(backend, 'token-bucket', [{ limit: 10, window: '10s' }]);
+
+  test('give back what the decision took, while its units may still be in the bucket', async () => {
+    const { clock, limiter } = setup();
+    await limiter.check('u', { cost: 4 });
+    const decision = await limiter.check('u', { cost: 3 }); // level 7
+    clock.set(START + 2_000); // 2 units drained: level 5
+    await limiter.refund('u', decision);
+    expect((await limiter.peek('u', { cost: 0 })).estimated).toBe(2);
+  });
+
+  test('never fuller than full: a refund larger than the level empties the bucket', async () => {
+    const { clock, limiter } = setup();
+    const decision = await limiter.check('u', { cost: 5 });
+    clock.set(START + 4_000); // level 1
+    await limiter.refund('u', decision);
+    const after = await limiter.peek('u', { cost: 0 });
+    expect(after.estimated).toBe(0);
+    expect(after.remaining).toBe(10);
+  });
+
+  test('nothing once a whole window has passed since the decision (its units have drained)', async () => {
+    const { clock, limiter } = setup();
+    const decision = await limiter.check('u', { cost: 2 });
+    clock.set(START + 10_000);
+    await limiter.check('u', { cost: 6 });
+    await limiter.refund('u', decision);
+    expect((await limiter.peek('u', { cost: 0 })).estimated).toBe(6);
   });
 });
