@@ -29,13 +29,14 @@ const TIERS = [
 ];
 /** Longer than any wait or reset the counts alone produce with TIERS after two requests. */
 const BLOCK = MINUTE;
-const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+const ALGORITHMS = ['sliding-window', 'fixed-window', 'sliding-log'] as const satisfies readonly AlgorithmName[];
+type Tested = (typeof ALGORITHMS)[number];
 /**
  * The counts' own wait for a third request of cost 1 after two at START (on a boundary):
  * the fixed window ends after 1 s; the log's oldest entry leaves after 1 s; the sliding window
  * counter carries the two into the next window, where 2 * (1000 - e) / 1000 + 1 <= 2 from e = 500.
  */
-const COUNTS_WAIT: Record<AlgorithmName, number> = {
+const COUNTS_WAIT: Record<Tested, number> = {
   'sliding-window': 1_500,
   'fixed-window': 1_000,
   'sliding-log': 1_000,
