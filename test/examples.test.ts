@@ -4,6 +4,7 @@ import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { createApp as createLoginAndPlansApp } from '../examples/login-and-plans';
 import { createMetricsApp } from '../examples/metrics';
+import { createShadowApp } from '../examples/shadow';
 import { RedisStore } from '../src';
 import { redisClient, uniquePrefix } from './helpers/redis';
 
@@ -28,6 +29,19 @@ describe('examples', () => {
     // ratios 0.9 and 1.0 (the 9th and 10th allowed) and 1.0 for both denials fall in the band
     expect(metrics).toMatch(/rate_limit_near_limit_total\{result="allowed"\} 2/);
     expect(metrics).toMatch(/rate_limit_near_limit_total\{result="denied"\} 2/);
+  });
+
+  test('shadow example: the enforced limit refuses, the stricter shadow limit only counts its would-be denials', async () => {
+    const app = createShadowApp(new RedisStore({ client }), uniquePrefix('shadow'));
+    const responses: request.Response[] = [];
+    for (let i = 0; i < 12; i++) responses.push(await request(app).get('/'));
+    // Enforced: 10 per 10 s. The shadow limit (5 per 10 s) refuses nothing and sends no headers.
+    expect(responses.map((response) => response.status)).toEqual([...Array(10).fill(200), 429, 429]);
+    expect(responses.map((response) => response.headers['x-ratelimit-limit'])).toEqual(Array(12).fill('10'));
+    const metrics = (await request(app).get('/metrics')).text;
+    // The shadow limiter saw all 12: 5 within its limit, 7 it would have refused.
+    expect(metrics).toMatch(/^rate_limit_shadow_would_deny_total 7$/m);
+    expect(metrics).toMatch(/^rate_limit_denied_total 2$/m);
   });
 
   test('login example: five wrong passwords, then 429; successful logins count nothing', async () => {
