@@ -7,6 +7,11 @@ const BLOCKED_MS = 2;
 const FIRST_TIER = 3;
 const PER_TIER = 4;
 
+/** Milliseconds left on the identifier's block, from a check's raw reply; 0 when it is not blocked. */
+export function blockedMs(raw: RawReply): number {
+  return Number(raw[BLOCKED_MS]);
+}
+
 /**
  * Decodes a check script's {@link RawReply} into a {@link Decision}: each tier's estimate,
  * remaining, wait and reset, and the binding tier, the one that keeps the client waiting

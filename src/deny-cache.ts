@@ -61,10 +61,15 @@ export class DenyCache {
     };
   }
 
-  remember(key: string, decision: Decision, now: number): void {
+  /**
+   * Remembers a denial made at local time `now`. `blockedMs` is what was left of the
+   * identifier's block (0 for none): a blocked denial is kept until the block ends, when the
+   * store must decide again (and may start a new block).
+   */
+  remember(key: string, decision: Decision, now: number, blockedMs = 0): void {
     // Valid until the request may pass, or until a tier gives quota back (its remaining and
     // reset change then), whichever comes first.
-    let until = now + decision.retryAfterMs;
+    let until = now + (blockedMs > 0 ? blockedMs : decision.retryAfterMs);
     for (const tier of decision.tiers) {
       if (tier.resetAt > decision.now) until = Math.min(until, now + (tier.resetAt - decision.now));
     }

@@ -1,6 +1,6 @@
 import { ALGORITHMS } from './algorithms';
 import type { AlgorithmName, AlgorithmScripts, Tier } from './algorithms/types';
-import { toDecision } from './decision';
+import { blockedMs, toDecision } from './decision';
 import { DenyCache } from './deny-cache';
 import { OptionError } from './errors';
 import { storeKey } from './keys';
@@ -134,7 +134,11 @@ export class RateLimiter implements Limiter {
     return this.bounded(reply).then((raw) => {
       const decision = toDecision(raw, tiers, cost, dryRun, this.shadow);
       if (this.denyCache !== undefined) {
-        if (!decision.allowed) this.denyCache.remember(key, decision, now ?? Date.now());
+        // With blockFor, only a blocked denial may be cached: another would answer the next check
+        // without the script that starts (or, once a block has ended, renews) the block.
+        if (!decision.allowed && (this.blockFor === 0 || decision.blocked)) {
+          this.denyCache.remember(key, decision, now ?? Date.now(), blockedMs(raw));
+        }
         // Counting pushes back when a cached denial (of another cost) could first be allowed.
         else if (decision.counted) this.denyCache.delete(key);
       }

@@ -357,10 +357,8 @@ describe('blockFor option', () => {
 });
 
 describe.each(STORES)('the deny cache with blockFor on $name', (kind) => {
-  // BUG: a denied peek is kept in the deny cache and then answers the next check of the same
-  // cost, so that check never reaches the store and never starts the block: the identifier is
-  // let through as soon as its counts allow, and other processes never see a block.
-  test.failing('a check denied after a denied peek still starts the block', async () => {
+  // A denied peek must not answer the next check from the cache: that check starts the block.
+  test('a check denied after a denied peek still starts the block', async () => {
     const clock = manualClock(START);
     const limiter = createLimiter({
       store: kind.make(),
@@ -378,11 +376,8 @@ describe.each(STORES)('the deny cache with blockFor on $name', (kind) => {
     expect(await limiter.check('u')).toMatchObject({ allowed: false, blocked: true, retryAfterMs: BLOCK - 2_000 });
   });
 
-  // BUG: with blockFor shorter than the counts' wait, a denial is cached until the counts' wait,
-  // past the block's end. A denial from the store after the block has ended starts a new block
-  // (every denial does); a denial from the cache does not, and keeps saying `blocked: true`.
-  // So the same requests get other answers with the cache than without it.
-  test.failing("blockFor shorter than the counts' wait: the same decisions with and without the deny cache", async () => {
+  // A blocked denial is cached only until the block ends: a denial from the store after that starts a new block.
+  test("blockFor shorter than the counts' wait: the same decisions with and without the deny cache", async () => {
     const SHORT = 300;
     const clock = manualClock(START);
     const store = kind.make();
