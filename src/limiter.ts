@@ -15,7 +15,7 @@ import {
 } from './options/limiter';
 import { checkOptions, describeValue, keysOf } from './options/validate';
 import type { Store } from './stores/types';
-import { withTimeout } from './timeout';
+import { Deadlines } from './timeout';
 import type { CheckOptions, Decision, Limiter, LimiterOptions } from './types';
 
 /** The limiter: runs an algorithm's scripts through a store, bounded by a timeout, in front of a deny cache. */
@@ -33,6 +33,7 @@ export class RateLimiter implements Limiter {
   readonly smallestLimit: number;
   private readonly denyCache: DenyCache | undefined;
   private readonly keyPrefix: string;
+  private readonly deadlines: Deadlines;
 
   constructor(options: ResolvedLimiterOptions) {
     this.store = options.store;
@@ -45,6 +46,7 @@ export class RateLimiter implements Limiter {
     this.shadow = options.shadow;
     this.scripts = ALGORITHMS[this.algorithm];
     this.keyPrefix = `${this.prefix}:`;
+    this.deadlines = new Deadlines(this.timeoutMs);
     this.smallestLimit = smallestLimit(this.tiers);
     this.denyCache = options.denyCacheSize > 0 ? new DenyCache(options.denyCacheSize) : undefined;
   }
@@ -147,7 +149,7 @@ export class RateLimiter implements Limiter {
   }
 
   private bounded<T>(promise: Promise<T>): Promise<T> {
-    return this.store.needsTimeout ? withTimeout(promise, this.timeoutMs) : promise;
+    return this.store.needsTimeout ? this.deadlines.bound(promise) : promise;
   }
 }
 

@@ -1,18 +1,85 @@
 import { RateLimitTimeoutError } from './errors';
 
-/** Settles like `promise`, or rejects with a {@link RateLimitTimeoutError} after `timeoutMs`, whichever comes first. */
-export function withTimeout<T>(promise: Promise<T>, timeoutMs: number): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new RateLimitTimeoutError(`rate limit store did not answer within ${timeoutMs} ms`)), timeoutMs);
-    promise.then(
-      (value) => {
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (error: unknown) => {
-        clearTimeout(timer);
-        reject(error);
-      },
-    );
-  });
+/** One bounded call: settled by its store reply or by its deadline, whichever comes first. */
+interface Pending {
+  readonly deadline: number;
+  settled: boolean;
+  readonly reject: (error: Error) => void;
+}
+
+/** Past this many dropped slots at the front, the queue is compacted. */
+const COMPACT_AFTER = 4096;
+
+/**
+ * Bounds calls by one fixed timeout with a single timer. Every call of a limiter waits the same
+ * `timeoutMs`, so deadlines come in start order: a FIFO of pending calls and one timer armed for
+ * the oldest replace a `setTimeout`/`clearTimeout` pair per call. Replies mostly come in the
+ * order calls were sent, so settled calls leave from the front at once and die young.
+ */
+export class Deadlines {
+  private queue: (Pending | undefined)[] = [];
+  /** Index of the oldest entry not dropped yet. */
+  private head = 0;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(readonly timeoutMs: number) {}
+
+  /** Settles like `promise`, or rejects with a {@link RateLimitTimeoutError} once `timeoutMs` has passed. */
+  bound<T>(promise: Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const pending: Pending = { deadline: Date.now() + this.timeoutMs, settled: false, reject };
+      this.queue.push(pending);
+      if (this.timer === undefined) this.arm(this.timeoutMs);
+      promise.then(
+        (value) => {
+          if (pending.settled) return;
+          pending.settled = true;
+          this.dropSettled();
+          resolve(value);
+        },
+        (error: unknown) => {
+          if (pending.settled) return;
+          pending.settled = true;
+          this.dropSettled();
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** Drops settled calls from the front. */
+  private dropSettled(): void {
+    const { queue } = this;
+    while (this.head < queue.length && queue[this.head]!.settled) queue[this.head++] = undefined;
+    if (this.head === queue.length) {
+      queue.length = 0;
+      this.head = 0;
+    } else if (this.head > COMPACT_AFTER) {
+      this.queue = queue.slice(this.head);
+      this.head = 0;
+    }
+  }
+
+  private arm(delay: number): void {
+    // Referenced, like the timer of a single call: a bound must hold even for a store with no socket.
+    this.timer = setTimeout(() => this.expire(), delay);
+  }
+
+  /** Fails every call whose deadline has passed, then waits for the next oldest. */
+  private expire(): void {
+    this.timer = undefined;
+    const now = Date.now();
+    const { queue } = this;
+    while (this.head < queue.length) {
+      const pending = queue[this.head]!;
+      if (!pending.settled && pending.deadline > now) break;
+      queue[this.head++] = undefined;
+      if (!pending.settled) {
+        pending.settled = true;
+        pending.reject(new RateLimitTimeoutError(`rate limit store did not answer within ${this.timeoutMs} ms`));
+      }
+    }
+    this.dropSettled();
+    if (this.head < this.queue.length) this.arm(Math.max(1, this.queue[this.head]!.deadline - now));
+  }
 }
