@@ -1,5 +1,5 @@
 import { blockingCheck, blockingRefund, type Stored } from './block';
-import { LUA_PRELUDE } from './prelude';
+import { checkLua, refundLua } from './prelude';
 import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
 
 /**
@@ -14,53 +14,56 @@ import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './ty
 /** Per tier: [windowIndex, count], flattened; with a block. */
 export type FixedWindowState = Stored<number[]>;
 
-const CHECK = `${LUA_PRELUDE}
--- Stored at KEYS[1], a string: per tier 'index:count' in base 36, tiers separated by spaces,
--- index = floor(now / window), after an optional block marker '!<until>'; expires when the
--- longest tier's current window ends (or when a longer block ends).
-local blockedUntil, body = readBlocked(redis.call('GET', KEYS[1]))
-local blocked = blockedUntil > now
-if blocked then dry = true end
-local saved = readCounters(body)
-local counts, ends = {}, {}
-local allowed = 1
-local expiry = 0
-for i = 1, tiers do
-  local index = math.floor(now / windows[i])
-  counts[i] = 0
-  if saved[2 * i - 1] == index then counts[i] = saved[2 * i] end
-  ends[i] = (index + 1) * windows[i]
-  if ends[i] - now > expiry then expiry = ends[i] - now end
-  if counts[i] + cost > limits[i] then allowed = 0 end
-end
-if blocked then allowed = 0 end
-if allowed == 1 and cost > 0 and not dry then
-  local parts = {}
+const CHECK = checkLua(
+  '',
+  `
+  -- Stored at the key, a string: per tier 'index:count' in base 36, tiers separated by spaces,
+  -- index = floor(now / window), after an optional block marker '!<until>'; expires when the
+  -- longest tier's current window ends (or when a longer block ends).
+  local blockedUntil, body = readBlocked(redis.call('GET', key))
+  local blocked = blockedUntil > now
+  if blocked then dry = true end
+  local saved = readCounters(body)
+  local counts, ends = {}, {}
+  local allowed = 1
+  local expiry = 0
   for i = 1, tiers do
-    counts[i] = counts[i] + cost
-    parts[i] = base36(math.floor(now / windows[i])) .. ':' .. base36(counts[i])
+    local index = math.floor(now / windows[i])
+    counts[i] = 0
+    if saved[2 * i - 1] == index then counts[i] = saved[2 * i] end
+    ends[i] = (index + 1) * windows[i]
+    if ends[i] - now > expiry then expiry = ends[i] - now end
+    if counts[i] + cost > limits[i] then allowed = 0 end
   end
-  redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', expiry)
-end
-local blockedMs = 0
-if blocked then
-  blockedMs = blockedUntil - now
-elseif allowed == 0 and extra > 0 and not dry then
-  blockedMs = extra
-  writeBlock(body)
-end
-local reply = { allowed, now, blockedMs }
-for i = 1, tiers do
-  local wait, reset = 0, 0
-  if counts[i] + cost > limits[i] then wait = ends[i] - now end
-  if counts[i] > 0 then reset = ends[i] - now end
-  reply[#reply + 1] = counts[i]
-  reply[#reply + 1] = 1
-  reply[#reply + 1] = wait
-  reply[#reply + 1] = reset
-end
-return reply
-`;
+  if blocked then allowed = 0 end
+  if allowed == 1 and cost > 0 and not dry then
+    local parts = {}
+    for i = 1, tiers do
+      counts[i] = counts[i] + cost
+      parts[i] = base36(math.floor(now / windows[i])) .. ':' .. base36(counts[i])
+    end
+    redis.call('SET', key, table.concat(parts, ' '), 'PX', expiry)
+  end
+  local blockedMs = 0
+  if blocked then
+    blockedMs = blockedUntil - now
+  elseif allowed == 0 and extra > 0 and not dry then
+    blockedMs = extra
+    writeBlock(key, now, extra, body)
+  end
+  local reply = { allowed, now, blockedMs }
+  for i = 1, tiers do
+    local wait, reset = 0, 0
+    if counts[i] + cost > limits[i] then wait = ends[i] - now end
+    if counts[i] > 0 then reset = ends[i] - now end
+    reply[#reply + 1] = counts[i]
+    reply[#reply + 1] = 1
+    reply[#reply + 1] = wait
+    reply[#reply + 1] = reset
+  end
+  return reply
+`,
+);
 
 function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<number[]> {
   const count = tiers.length;
@@ -96,9 +99,11 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
   return { reply, state: next, expiresAt };
 }
 
-const REFUND = `${LUA_PRELUDE}
+const REFUND = refundLua(
+  '',
+  `
 -- Takes back ARGV[2] units counted at ARGV[4] from each tier whose window has not ended since. Never below 0.
-local value = redis.call('GET', KEYS[1])
+local value = redis.call('GET', key)
 if not value then return { 0 } end
 local blockedUntil, body = readBlocked(value)
 local saved = readCounters(body)
@@ -113,10 +118,11 @@ end
 if taken > 0 and not dry then
   local parts = {}
   for i = 1, #saved / 2 do parts[i] = base36(saved[2 * i - 1]) .. ':' .. base36(saved[2 * i]) end
-  redis.call('SET', KEYS[1], withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
+  redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
 end
 return { taken }
-`;
+`,
+);
 
 function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<number[]> {
   if (state === undefined) return { reply: [0], state, expiresAt: undefined };
@@ -133,6 +139,6 @@ function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }:
 
 export const fixedWindow: AlgorithmScripts<FixedWindowState> = {
   algorithm: 'fixed-window',
-  check: { lua: CHECK, apply: blockingCheck(check) },
+  check: { ...CHECK, apply: blockingCheck(check) },
   refund: { lua: REFUND, apply: blockingRefund(refund) },
 };

@@ -1,7 +1,7 @@
 import type { Tier } from './types';
 
 /**
- * Lua shared by every script (check and refund): decodes the ARGV that {@link scriptArgv}
+ * Lua shared by every script (check and refund): decodes the arguments that {@link scriptArgv}
  * encodes, and the helpers more than one script uses.
  *
  * Without an injected clock the script takes the time from Redis `TIME`, so app
@@ -9,19 +9,25 @@ import type { Tier } from './types';
  * the script, so reading `TIME` before writing is allowed.
  */
 export const LUA_PRELUDE = `
--- KEYS[1]: the identifier's key
--- ARGV[1]: now (epoch ms), or '' to read Redis TIME     ARGV[2]: cost
--- ARGV[3]: '1' dry run (write nothing), '0' write       ARGV[4]: check: blockFor (ms, 0 = none); refund: countedAt (epoch ms)
--- ARGV[5], ARGV[6], ...: limit, window (ms) of each tier
-local now = tonumber(ARGV[1])
-if not now then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- The arguments of one check or refund (ARGV of a single-key call, or one key's part of a batch):
+--   1: now (epoch ms), or '' to read Redis TIME      2: cost
+--   3: '1' dry run (write nothing), '0' write        4: check: blockFor (ms, 0 = none); refund: countedAt (epoch ms)
+--   5, 6, ...: limit, window (ms) of each tier
+local function readArgs(argv)
+  local now = tonumber(argv[1])
+  if not now then
+    local time = redis.call('TIME')
+    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
+  local tiers = (#argv - 4) / 2
+  local limits, windows, longest = {}, {}, 0
+  for i = 1, tiers do
+    limits[i] = tonumber(argv[3 + 2 * i])
+    windows[i] = tonumber(argv[4 + 2 * i])
+    if windows[i] > longest then longest = windows[i] end
+  end
+  return now, tonumber(argv[2]), argv[3] == '1', tonumber(argv[4]), tiers, limits, windows, longest
 end
-local cost = tonumber(ARGV[2])
-local dry = ARGV[3] == '1'
-local extra = tonumber(ARGV[4])
-local tiers = (#ARGV - 4) / 2
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 -- Counters are stored in base 36: a window index and two counts fit in 12 characters,
 -- which keeps a key within Redis's smallest string allocation for realistic counts.
@@ -63,22 +69,56 @@ local function withMarker(blockedUntil, body)
   if body == nil or body == '' then return '!' .. base36(blockedUntil) end
   return '!' .. base36(blockedUntil) .. ' ' .. body
 end
--- Starts a block of ARGV[4] ms on a string key, keeping its counters; the key lives at least that long.
-local function writeBlock(body)
-  local ttl = redis.call('PTTL', KEYS[1])
-  if ttl < extra then ttl = extra end
-  redis.call('SET', KEYS[1], withMarker(now + extra, body), 'PX', ttl)
-end
-local limits, windows = {}, {}
-local longest = 0
-for i = 1, tiers do
-  limits[i] = tonumber(ARGV[3 + 2 * i])
-  windows[i] = tonumber(ARGV[4 + 2 * i])
-  if windows[i] > longest then longest = windows[i] end
+-- Starts a block of blockFor ms at now on a string key, keeping its counters; the key lives at least that long.
+local function writeBlock(key, now, blockFor, body)
+  local ttl = redis.call('PTTL', key)
+  if ttl < blockFor then ttl = blockFor end
+  redis.call('SET', key, withMarker(now + blockFor, body), 'PX', ttl)
 end
 `;
 
-/** Position of the dry-run flag in ARGV (1-based, as in Lua). */
+/** The locals every script body reads, decoded from one key's arguments by the prelude's `readArgs`. */
+const LUA_ARGS = 'local now, cost, dry, extra, tiers, limits, windows, longest = readArgs(argv)';
+
+/**
+ * The check scripts of an algorithm, from its Lua `helpers` (functions of their arguments
+ * only) and its check `body` (Lua that reads `key` and the locals of {@link LUA_ARGS}, and
+ * returns the reply): `lua` checks `KEYS[1]` with ARGV; `batchLua` checks every key of
+ * `KEYS` in one call, with ARGV = [dry-run override ('1' makes every check a dry run), then per
+ * key: the number of its arguments, and those arguments].
+ */
+export function checkLua(helpers: string, body: string): { lua: string; batchLua: string } {
+  const check = `${LUA_PRELUDE}${helpers}
+local function check(key, argv)
+  ${LUA_ARGS}
+${body}
+end
+`;
+  return {
+    lua: `${check}return check(KEYS[1], ARGV)
+`,
+    batchLua: `${check}local replies, at = {}, 2
+for k = 1, #KEYS do
+  local count = tonumber(ARGV[at])
+  local argv = { unpack(ARGV, at + 1, at + count) }
+  if ARGV[1] == '1' then argv[3] = '1' end
+  replies[k] = check(KEYS[k], argv)
+  at = at + count + 1
+end
+return replies
+`,
+  };
+}
+
+/** A refund script: the prelude, the algorithm's `helpers`, and a `body` reading `key` and the locals of {@link LUA_ARGS}. */
+export function refundLua(helpers: string, body: string): string {
+  return `${LUA_PRELUDE}${helpers}
+local argv, key = ARGV, KEYS[1]
+${LUA_ARGS}
+${body}`;
+}
+
+/** Position of the dry-run flag in the ARGV of a single-key call (1-based, as in Lua). */
 export const DRY_RUN_ARGV = 3;
 
 /**

@@ -1,5 +1,5 @@
 import { blockingCheck, blockingRefund, type Stored } from './block';
-import { LUA_PRELUDE, longestWindow } from './prelude';
+import { checkLua, longestWindow, refundLua } from './prelude';
 import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
 
 /**
@@ -20,76 +20,78 @@ export type SlidingLogState = Stored<number[]>;
 /** Members added per ZADD, well inside Lua's stack limit for `unpack`. */
 const ZADD_BATCH = 500;
 
-const CHECK = `${LUA_PRELUDE}
--- Stored at KEYS[1], a sorted set: one member 'time:sequence' scored by its time per counted
--- unit, the member '#' scored minus the last sequence used, and, while blocked, the member '!'
--- scored minus the end of the block; expires one longest window after the last counting check
--- (or when a longer block ends).
-local key = KEYS[1]
--- A block is the member '!', scored minus the moment it ends.
-local blockedUntil = 0
-local marker = redis.call('ZSCORE', key, '!')
-if marker then blockedUntil = -tonumber(marker) end
-local blocked = blockedUntil > now
-if blocked then dry = true end
-if not dry then redis.call('ZREMRANGEBYSCORE', key, 0, now - longest) end
-local function lower(window)
-  if now - window < 0 then return 0 end
-  return '(' .. (now - window)
-end
-local counts = {}
-local allowed = 1
-for i = 1, tiers do
-  counts[i] = redis.call('ZCOUNT', key, lower(windows[i]), '+inf')
-  if counts[i] + cost > limits[i] then allowed = 0 end
-end
-if blocked then allowed = 0 end
-if allowed == 1 and cost > 0 and not dry then
-  local last = -tonumber(redis.call('ZINCRBY', key, -cost, '#'))
-  local first = last - cost + 1
-  while first <= last do
-    local args = {}
-    local stop = math.min(last, first + ${ZADD_BATCH - 1})
-    for sequence = first, stop do
-      args[#args + 1] = now
-      args[#args + 1] = string.format('%d:%d', now, sequence)
-    end
-    redis.call('ZADD', key, unpack(args))
-    first = stop + 1
+const CHECK = checkLua(
+  '',
+  `
+  -- Stored at the key, a sorted set: one member 'time:sequence' scored by its time per counted
+  -- unit, the member '#' scored minus the last sequence used, and, while blocked, the member '!'
+  -- scored minus the end of the block; expires one longest window after the last counting check
+  -- (or when a longer block ends).
+  -- A block is the member '!', scored minus the moment it ends.
+  local blockedUntil = 0
+  local marker = redis.call('ZSCORE', key, '!')
+  if marker then blockedUntil = -tonumber(marker) end
+  local blocked = blockedUntil > now
+  if blocked then dry = true end
+  if not dry then redis.call('ZREMRANGEBYSCORE', key, 0, now - longest) end
+  local function lower(window)
+    if now - window < 0 then return 0 end
+    return '(' .. (now - window)
   end
-  for i = 1, tiers do counts[i] = counts[i] + cost end
-  if blockedUntil > 0 then redis.call('ZREM', key, '!') end
-  redis.call('PEXPIRE', key, longest)
-end
-local blockedMs = 0
-if blocked then
-  blockedMs = blockedUntil - now
-elseif allowed == 0 and extra > 0 and not dry then
-  blockedMs = extra
-  redis.call('ZADD', key, -(now + extra), '!')
-  local ttl = redis.call('PTTL', key)
-  if ttl < extra then ttl = extra end
-  redis.call('PEXPIRE', key, ttl)
-end
--- How long until a request of \`units\` fits in tier i: until the oldest entries that must leave have left.
-local function waitFor(i, units)
-  local excess = counts[i] + units - limits[i]
-  if excess <= 0 then return 0 end
-  local oldest = redis.call('ZRANGEBYSCORE', key, lower(windows[i]), '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
-  return tonumber(oldest[2]) + windows[i] - now
-end
-local reply = { allowed, now, blockedMs }
-for i = 1, tiers do
-  local remaining = math.max(0, limits[i] - counts[i])
-  local reset = 0
-  if remaining < limits[i] then reset = waitFor(i, remaining + 1) end
-  reply[#reply + 1] = counts[i]
-  reply[#reply + 1] = 1
-  reply[#reply + 1] = waitFor(i, cost)
-  reply[#reply + 1] = reset
-end
-return reply
-`;
+  local counts = {}
+  local allowed = 1
+  for i = 1, tiers do
+    counts[i] = redis.call('ZCOUNT', key, lower(windows[i]), '+inf')
+    if counts[i] + cost > limits[i] then allowed = 0 end
+  end
+  if blocked then allowed = 0 end
+  if allowed == 1 and cost > 0 and not dry then
+    local last = -tonumber(redis.call('ZINCRBY', key, -cost, '#'))
+    local first = last - cost + 1
+    while first <= last do
+      local args = {}
+      local stop = math.min(last, first + ${ZADD_BATCH - 1})
+      for sequence = first, stop do
+        args[#args + 1] = now
+        args[#args + 1] = string.format('%d:%d', now, sequence)
+      end
+      redis.call('ZADD', key, unpack(args))
+      first = stop + 1
+    end
+    for i = 1, tiers do counts[i] = counts[i] + cost end
+    if blockedUntil > 0 then redis.call('ZREM', key, '!') end
+    redis.call('PEXPIRE', key, longest)
+  end
+  local blockedMs = 0
+  if blocked then
+    blockedMs = blockedUntil - now
+  elseif allowed == 0 and extra > 0 and not dry then
+    blockedMs = extra
+    redis.call('ZADD', key, -(now + extra), '!')
+    local ttl = redis.call('PTTL', key)
+    if ttl < extra then ttl = extra end
+    redis.call('PEXPIRE', key, ttl)
+  end
+  -- How long until a request of \`units\` fits in tier i: until the oldest entries that must leave have left.
+  local function waitFor(i, units)
+    local excess = counts[i] + units - limits[i]
+    if excess <= 0 then return 0 end
+    local oldest = redis.call('ZRANGEBYSCORE', key, lower(windows[i]), '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
+    return tonumber(oldest[2]) + windows[i] - now
+  end
+  local reply = { allowed, now, blockedMs }
+  for i = 1, tiers do
+    local remaining = math.max(0, limits[i] - counts[i])
+    local reset = 0
+    if remaining < limits[i] then reset = waitFor(i, remaining + 1) end
+    reply[#reply + 1] = counts[i]
+    reply[#reply + 1] = 1
+    reply[#reply + 1] = waitFor(i, cost)
+    reply[#reply + 1] = reset
+  end
+  return reply
+`,
+);
 
 /** Index of the first entry of the ascending `log` greater than `value`. */
 function firstAbove(log: readonly number[], value: number): number {
@@ -140,13 +142,16 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
   return { reply, state: changed || counted ? next : state, expiresAt: counted ? now + longest : undefined };
 }
 
-const REFUND = `${LUA_PRELUDE}
+const REFUND = refundLua(
+  '',
+  `
 -- Takes back ARGV[2] log entries scored ARGV[4] (the time they were counted at). Entries of one
 -- millisecond differ only by name, so removing any of them leaves the same counts and waits.
-local entries = redis.call('ZRANGEBYSCORE', KEYS[1], extra, extra, 'LIMIT', 0, cost)
-if #entries > 0 and not dry then redis.call('ZREM', KEYS[1], unpack(entries)) end
+local entries = redis.call('ZRANGEBYSCORE', key, extra, extra, 'LIMIT', 0, cost)
+if #entries > 0 and not dry then redis.call('ZREM', key, unpack(entries)) end
 return { #entries }
-`;
+`,
+);
 
 function refund(state: number[] | undefined, { cost, dryRun, countedAt }: RefundArgs): MemoryResult<number[]> {
   if (state === undefined) return { reply: [0], state, expiresAt: undefined };
@@ -160,6 +165,6 @@ function refund(state: number[] | undefined, { cost, dryRun, countedAt }: Refund
 
 export const slidingLog: AlgorithmScripts<SlidingLogState> = {
   algorithm: 'sliding-log',
-  check: { lua: CHECK, apply: blockingCheck(check) },
+  check: { ...CHECK, apply: blockingCheck(check) },
   refund: { lua: REFUND, apply: blockingRefund(refund) },
 };

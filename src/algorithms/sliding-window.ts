@@ -1,5 +1,5 @@
 import { blockingCheck, blockingRefund, type Stored } from './block';
-import { LUA_PRELUDE, longestWindow, remainingOf } from './prelude';
+import { checkLua, longestWindow, refundLua, remainingOf } from './prelude';
 import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
 
 /**
@@ -59,59 +59,62 @@ export function slidingWait(current: number, previous: number, elapsed: number, 
   return 2 * window - elapsed;
 }
 
-const CHECK = `${LUA_PRELUDE}${LUA_WAIT}
--- Stored at KEYS[1], a string: per tier 'index:current:previous' in base 36, tiers separated by
--- spaces, index = floor(now / window), after an optional block marker '!<until>'; expires after
--- twice the longest window (or when a longer block ends).
-local blockedUntil, body = readBlocked(redis.call('GET', KEYS[1]))
-local blocked = blockedUntil > now
-if blocked then dry = true end
-local saved = readCounters(body)
-local current, previous, elapsed = {}, {}, {}
-local allowed = 1
-for i = 1, tiers do
-  local window = windows[i]
-  local index = math.floor(now / window)
-  local c, p = 0, 0
-  local savedIndex = saved[3 * i - 2]
-  if savedIndex == index then
-    c, p = saved[3 * i - 1], saved[3 * i]
-  elseif savedIndex == index - 1 then
-    p = saved[3 * i - 1]
-  end
-  current[i], previous[i], elapsed[i] = c, p, now - index * window
-  if (c + cost) * window + p * (window - elapsed[i]) > limits[i] * window then allowed = 0 end
-end
-if blocked then allowed = 0 end
-if allowed == 1 and cost > 0 and not dry then
-  local parts = {}
+const CHECK = checkLua(
+  LUA_WAIT,
+  `
+  -- Stored at the key, a string: per tier 'index:current:previous' in base 36, tiers separated by
+  -- spaces, index = floor(now / window), after an optional block marker '!<until>'; expires after
+  -- twice the longest window (or when a longer block ends).
+  local blockedUntil, body = readBlocked(redis.call('GET', key))
+  local blocked = blockedUntil > now
+  if blocked then dry = true end
+  local saved = readCounters(body)
+  local current, previous, elapsed = {}, {}, {}
+  local allowed = 1
   for i = 1, tiers do
-    current[i] = current[i] + cost
-    parts[i] = base36(math.floor(now / windows[i])) .. ':' .. base36(current[i]) .. ':' .. base36(previous[i])
+    local window = windows[i]
+    local index = math.floor(now / window)
+    local c, p = 0, 0
+    local savedIndex = saved[3 * i - 2]
+    if savedIndex == index then
+      c, p = saved[3 * i - 1], saved[3 * i]
+    elseif savedIndex == index - 1 then
+      p = saved[3 * i - 1]
+    end
+    current[i], previous[i], elapsed[i] = c, p, now - index * window
+    if (c + cost) * window + p * (window - elapsed[i]) > limits[i] * window then allowed = 0 end
   end
-  redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', 2 * longest)
-end
-local blockedMs = 0
-if blocked then
-  blockedMs = blockedUntil - now
-elseif allowed == 0 and extra > 0 and not dry then
-  blockedMs = extra
-  writeBlock(body)
-end
-local reply = { allowed, now, blockedMs }
-for i = 1, tiers do
-  local c, p, e, limit, window = current[i], previous[i], elapsed[i], limits[i], windows[i]
-  local numerator = c * window + p * (window - e)
-  local remaining = remainingOf(numerator, window, limit)
-  local reset = 0
-  if remaining < limit then reset = wait(c, p, e, limit, window, remaining + 1) end
-  reply[#reply + 1] = numerator
-  reply[#reply + 1] = window
-  reply[#reply + 1] = wait(c, p, e, limit, window, cost)
-  reply[#reply + 1] = reset
-end
-return reply
-`;
+  if blocked then allowed = 0 end
+  if allowed == 1 and cost > 0 and not dry then
+    local parts = {}
+    for i = 1, tiers do
+      current[i] = current[i] + cost
+      parts[i] = base36(math.floor(now / windows[i])) .. ':' .. base36(current[i]) .. ':' .. base36(previous[i])
+    end
+    redis.call('SET', key, table.concat(parts, ' '), 'PX', 2 * longest)
+  end
+  local blockedMs = 0
+  if blocked then
+    blockedMs = blockedUntil - now
+  elseif allowed == 0 and extra > 0 and not dry then
+    blockedMs = extra
+    writeBlock(key, now, extra, body)
+  end
+  local reply = { allowed, now, blockedMs }
+  for i = 1, tiers do
+    local c, p, e, limit, window = current[i], previous[i], elapsed[i], limits[i], windows[i]
+    local numerator = c * window + p * (window - e)
+    local remaining = remainingOf(numerator, window, limit)
+    local reset = 0
+    if remaining < limit then reset = wait(c, p, e, limit, window, remaining + 1) end
+    reply[#reply + 1] = numerator
+    reply[#reply + 1] = window
+    reply[#reply + 1] = wait(c, p, e, limit, window, cost)
+    reply[#reply + 1] = reset
+  end
+  return reply
+`,
+);
 
 function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<number[]> {
   const count = tiers.length;
@@ -161,10 +164,12 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
   return { reply, state: next, expiresAt };
 }
 
-const REFUND = `${LUA_PRELUDE}
+const REFUND = refundLua(
+  LUA_WAIT,
+  `
 -- Takes back ARGV[2] units counted at ARGV[4]: from 'current' while the tier's window has not
 -- rolled since, from 'previous' after it rolled once, from nothing after that. Never below 0.
-local value = redis.call('GET', KEYS[1])
+local value = redis.call('GET', key)
 if not value then return { 0 } end
 local blockedUntil, body = readBlocked(value)
 local saved = readCounters(body)
@@ -185,10 +190,11 @@ end
 if taken > 0 and not dry then
   local parts = {}
   for i = 1, #saved / 3 do parts[i] = base36(saved[3 * i - 2]) .. ':' .. base36(saved[3 * i - 1]) .. ':' .. base36(saved[3 * i]) end
-  redis.call('SET', KEYS[1], withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
+  redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
 end
 return { taken }
-`;
+`,
+);
 
 function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<number[]> {
   if (state === undefined) return { reply: [0], state, expiresAt: undefined };
@@ -207,6 +213,6 @@ function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }:
 
 export const slidingWindow: AlgorithmScripts<SlidingWindowState> = {
   algorithm: 'sliding-window',
-  check: { lua: CHECK, apply: blockingCheck(check) },
+  check: { ...CHECK, apply: blockingCheck(check) },
   refund: { lua: REFUND, apply: blockingRefund(refund) },
 };

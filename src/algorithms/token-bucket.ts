@@ -1,5 +1,5 @@
 import { blockingCheck, blockingRefund, type Stored } from './block';
-import { LUA_PRELUDE, remainingOf } from './prelude';
+import { checkLua, refundLua, remainingOf } from './prelude';
 import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
 
 /**
@@ -33,26 +33,25 @@ local function readTats(body)
   end
   return tats
 end
--- The TAT of tier i at now: never earlier than now (a full bucket).
-local function tatAt(tats, i)
-  local tat = tats[i]
+-- A TAT at now: never earlier than now (a full bucket).
+local function tatAt(tat, limit, now)
   if not tat then return now, 0 end
-  local m, r, limit = tat[1], tat[2], limits[i]
+  local m, r = tat[1], tat[2]
   if r >= limit then m, r = m + math.floor(r / limit), r % limit end
   if m < now then return now, 0 end
   return m, r
 end
 -- TAT + units x window / limit.
-local function advance(m, r, i, units)
-  local step, limit = units * windows[i], limits[i]
+local function advance(m, r, units, limit, window)
+  local step = units * window
   m, r = m + math.floor(step / limit), r + step % limit
   if r >= limit then m, r = m + 1, r - limit end
   return m, r
 end
--- Milliseconds until a request of 'units' fits tier i whose TAT is m + r / limit.
-local function waitFor(m, r, i, units)
-  local nm, nr = advance(m, r, i, units)
-  local at = nm - windows[i]
+-- Milliseconds from now until a request of 'units' fits a bucket whose TAT is m + r / limit.
+local function waitFor(m, r, units, limit, window, now)
+  local nm, nr = advance(m, r, units, limit, window)
+  local at = nm - window
   if nr > 0 then at = at + 1 end
   if at > now then return at - now end
   return 0
@@ -63,54 +62,57 @@ local function encode(m, r)
 end
 `;
 
-const CHECK = `${LUA_PRELUDE}${LUA_TAT}
--- Stored at KEYS[1], a string: per tier the TAT as 'm' or 'm:r' in base 36 (TAT = m + r / limit
--- ms), tiers separated by spaces, after an optional block marker '!<until>'; expires when every
--- bucket is full again (or when a longer block ends).
-local blockedUntil, body = readBlocked(redis.call('GET', KEYS[1]))
-local blocked = blockedUntil > now
-if blocked then dry = true end
-local saved = readTats(body)
-local ms, rs = {}, {}
-local allowed = 1
-for i = 1, tiers do
-  ms[i], rs[i] = tatAt(saved, i)
-  if waitFor(ms[i], rs[i], i, cost) > 0 then allowed = 0 end
-end
-if blocked then allowed = 0 end
-if allowed == 1 and cost > 0 and not dry then
-  local parts = {}
-  local expiry = 0
+const CHECK = checkLua(
+  LUA_TAT,
+  `
+  -- Stored at the key, a string: per tier the TAT as 'm' or 'm:r' in base 36 (TAT = m + r / limit
+  -- ms), tiers separated by spaces, after an optional block marker '!<until>'; expires when every
+  -- bucket is full again (or when a longer block ends).
+  local blockedUntil, body = readBlocked(redis.call('GET', key))
+  local blocked = blockedUntil > now
+  if blocked then dry = true end
+  local saved = readTats(body)
+  local ms, rs = {}, {}
+  local allowed = 1
   for i = 1, tiers do
-    ms[i], rs[i] = advance(ms[i], rs[i], i, cost)
-    parts[i] = encode(ms[i], rs[i])
-    local full = ms[i] - now
-    if rs[i] > 0 then full = full + 1 end
-    if full > expiry then expiry = full end
+    ms[i], rs[i] = tatAt(saved[i], limits[i], now)
+    if waitFor(ms[i], rs[i], cost, limits[i], windows[i], now) > 0 then allowed = 0 end
   end
-  redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', expiry)
-end
-local blockedMs = 0
-if blocked then
-  blockedMs = blockedUntil - now
-elseif allowed == 0 and extra > 0 and not dry then
-  blockedMs = extra
-  writeBlock(body)
-end
-local reply = { allowed, now, blockedMs }
-for i = 1, tiers do
-  local limit, window = limits[i], windows[i]
-  local numerator = (ms[i] - now) * limit + rs[i]
-  local remaining = remainingOf(numerator, window, limit)
-  local reset = 0
-  if remaining < limit then reset = waitFor(ms[i], rs[i], i, remaining + 1) end
-  reply[#reply + 1] = numerator
-  reply[#reply + 1] = window
-  reply[#reply + 1] = waitFor(ms[i], rs[i], i, cost)
-  reply[#reply + 1] = reset
-end
-return reply
-`;
+  if blocked then allowed = 0 end
+  if allowed == 1 and cost > 0 and not dry then
+    local parts = {}
+    local expiry = 0
+    for i = 1, tiers do
+      ms[i], rs[i] = advance(ms[i], rs[i], cost, limits[i], windows[i])
+      parts[i] = encode(ms[i], rs[i])
+      local full = ms[i] - now
+      if rs[i] > 0 then full = full + 1 end
+      if full > expiry then expiry = full end
+    end
+    redis.call('SET', key, table.concat(parts, ' '), 'PX', expiry)
+  end
+  local blockedMs = 0
+  if blocked then
+    blockedMs = blockedUntil - now
+  elseif allowed == 0 and extra > 0 and not dry then
+    blockedMs = extra
+    writeBlock(key, now, extra, body)
+  end
+  local reply = { allowed, now, blockedMs }
+  for i = 1, tiers do
+    local limit, window = limits[i], windows[i]
+    local numerator = (ms[i] - now) * limit + rs[i]
+    local remaining = remainingOf(numerator, window, limit)
+    local reset = 0
+    if remaining < limit then reset = waitFor(ms[i], rs[i], remaining + 1, limit, window, now) end
+    reply[#reply + 1] = numerator
+    reply[#reply + 1] = window
+    reply[#reply + 1] = waitFor(ms[i], rs[i], cost, limit, window, now)
+    reply[#reply + 1] = reset
+  end
+  return reply
+`,
+);
 
 /** TAT arithmetic of the twin, on [m, r] pairs, exactly as the Lua above. */
 function tatAt(state: readonly number[] | undefined, i: number, limit: number, now: number): [number, number] {
@@ -176,16 +178,18 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
   return { reply, state: next, expiresAt };
 }
 
-const REFUND = `${LUA_PRELUDE}${LUA_TAT}
+const REFUND = refundLua(
+  LUA_TAT,
+  `
 -- Takes back ARGV[2] units counted at ARGV[4] from each tier whose bucket may still hold them
 -- (a unit drains within one window of being counted): the TAT moves back, never before now.
-local value = redis.call('GET', KEYS[1])
+local value = redis.call('GET', key)
 if not value then return { 0 } end
 local blockedUntil, body = readBlocked(value)
 local saved = readTats(body)
 local taken = 0
 for i = 1, math.min(tiers, #saved) do
-  local m, r = tatAt(saved, i)
+  local m, r = tatAt(saved[i], limits[i], now)
   if now < extra + windows[i] and (m > now or r > 0) then
     local step, limit = cost * windows[i], limits[i]
     m, r = m - math.floor(step / limit), r - step % limit
@@ -198,10 +202,11 @@ end
 if taken > 0 and not dry then
   local parts = {}
   for i = 1, #saved do parts[i] = encode(saved[i][1], saved[i][2]) end
-  redis.call('SET', KEYS[1], withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
+  redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
 end
 return { taken }
-`;
+`,
+);
 
 function refund(state: number[] | undefined, { now, cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<number[]> {
   if (state === undefined) return { reply: [0], state, expiresAt: undefined };
@@ -228,6 +233,6 @@ function refund(state: number[] | undefined, { now, cost, dryRun, countedAt, tie
 
 export const tokenBucket: AlgorithmScripts<TokenBucketState> = {
   algorithm: 'token-bucket',
-  check: { lua: CHECK, apply: blockingCheck(check) },
+  check: { ...CHECK, apply: blockingCheck(check) },
   refund: { lua: REFUND, apply: blockingRefund(refund) },
 };

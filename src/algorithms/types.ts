@@ -66,9 +66,15 @@ export interface Script<Args, State = unknown> {
   apply(state: State | undefined, args: Args): MemoryResult<State>;
 }
 
+/** A check script, with the same check for many keys in one call (see `checkLua` in `prelude.ts`). */
+export interface CheckScript<State = unknown> extends Script<CheckArgs, State> {
+  /** Checks every key of `KEYS` in one call; answers one {@link RawReply} per key. */
+  readonly batchLua: string;
+}
+
 /** The scripts of one algorithm. */
 export interface AlgorithmScripts<State = unknown> {
   readonly algorithm: AlgorithmName;
-  readonly check: Script<CheckArgs, State>;
+  readonly check: CheckScript<State>;
   readonly refund: Script<RefundArgs, State>;
 }

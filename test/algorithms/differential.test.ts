@@ -328,3 +328,55 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     expect(blockedChecks).toBeGreaterThan(50);
   });
 });
+
+describe.each(ALGORITHMS)('%s: the batch script against the TypeScript twin', (algorithm) => {
+  test('one call checking several keys (some twice) answers each as the single-key checks would, in order', async () => {
+    const { check } = SCRIPTS[algorithm];
+    const random = seeded(0xba7c4 + ALGORITHMS.indexOf(algorithm));
+    let compared = 0;
+    let batches = 0;
+    for (let config = 0; config < 6; config++) {
+      const tiers = randomTiers(random, algorithm);
+      const keys = Array.from({ length: 4 }, (_, i) => `${uniquePrefix('batch')}:k${i}`);
+      const states = new Map<string, unknown>();
+      let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
+      const blockFor = config % 2 === 0 ? 0 : 1 + Math.floor(random() * 1_000);
+      for (let step = 0; step < 40; step++) {
+        now = nextTime(now, tiers, random);
+        const entries = Array.from({ length: 1 + Math.floor(random() * 6) }, () => ({
+          key: keys[Math.floor(random() * keys.length)],
+          cost: randomCost(random, tiers),
+          dryRun: random() < 0.15,
+        }));
+        const dryAll = random() < 0.1;
+        const argv: (string | number)[] = [dryAll ? '1' : '0'];
+        for (const entry of entries) {
+          const own = scriptArgv(now, entry.cost, entry.dryRun, blockFor, tiers);
+          argv.push(own.length, ...own);
+        }
+        const multi = client.multi().eval(check.batchLua, entries.length, ...entries.map((entry) => entry.key), ...argv);
+        for (const key of keys) multi.persist(key);
+        const results = (await multi.exec())!;
+        if (results[0][0]) throw results[0][0];
+        const replies = results[0][1] as number[][];
+        batches++;
+        for (const [i, entry] of entries.entries()) {
+          const result = check.apply(states.get(entry.key), { now, cost: entry.cost, dryRun: entry.dryRun || dryAll, blockFor, tiers });
+          states.set(entry.key, result.state);
+          const context = `config ${config}, step ${step}, entry ${i} of ${entries.length}, ${JSON.stringify(entry)}, dry all ${dryAll}`;
+          if (!isDeepStrictEqual(replies[i], [...result.reply])) {
+            throw new Error(`${context}: replies differ\nlua: ${JSON.stringify(replies[i])}\nts:  ${JSON.stringify(result.reply)}`);
+          }
+          compared++;
+        }
+        for (const key of keys) {
+          if (!isDeepStrictEqual(await redisState(algorithm, key), twinState(states.get(key)))) {
+            throw new Error(`config ${config}, step ${step}: stored state of ${key} differs`);
+          }
+        }
+      }
+    }
+    expect(batches).toBe(6 * 40);
+    expect(compared).toBeGreaterThan(500);
+  });
+});
