@@ -371,8 +371,9 @@ async function main(): Promise<void> {
     lines.push(
       'Reading: a string value that parses as a decimal integer is kept by Redis as an integer inside the 16-byte object itself, with no string allocation, ' +
         `so a TAT stored in decimal would save ${saved.toFixed(1)} bytes per identifier: about ${projected.toFixed(1)}, ${projected < smallest - 0.05 ? 'the smallest of the four' : `still not below the ${smallest.toFixed(1)} of ${smallestNames.join(' and ')}`}. ` +
-        "Storing TAT × limit + r instead keeps the fraction, but the script computes in Lua doubles, exact below 2^53: with today's epoch milliseconds (about 1.8 × 10^12) that allows limits up to about 5,000, so larger limits would need a TAT relative to a recent epoch. " +
-        'That holds only while the value is one integer: several tiers, or a block marker, make it a string again.',
+        'That holds only while the value is one integer: several tiers, or a block marker, make it a string again. ' +
+        'A whole number of ms drops the fraction r the script keeps; ' +
+        "storing TAT × limit + r instead keeps it, but the script computes in Lua doubles, exact below 2^53: with today's epoch milliseconds (about 1.8 × 10^12) that allows limits up to about 5,000, so larger limits would need a TAT relative to a recent epoch.",
       '',
     );
   }
