@@ -11,10 +11,11 @@
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import Redis from 'ioredis';
 import { ALGORITHMS, type AlgorithmName } from '../src/algorithms';
+import { scriptArgv } from '../src/algorithms/prelude';
 import { createLimiter } from '../src/limiter';
 import { startRedis } from '../support/redis-server';
 
@@ -38,6 +39,8 @@ interface Variant {
   /** Units counted per identifier, in one check. */
   cost: number;
   window: string;
+  /** The limit per window; LIMIT when absent. */
+  limit?: number;
   /** Why this row is here. */
   note: string;
 }
@@ -51,6 +54,23 @@ const VARIANTS: readonly Variant[] = [
     cost: 10,
     window: WINDOW,
     note: '10 counted per identifier: a client that has made 10 requests in the window (longer counts, if the encoding lengthens them)',
+  },
+  // The token bucket's key lives only until its bucket is full again: after one unit of 100 per
+  // minute that is 600 ms, so most keys would expire during the run. A day-long window keeps them
+  // 14.4 minutes; the value has the same shape (the TAT in ms, base 36, 8 characters; window / limit
+  // is a whole number of ms in both cases, so no ':r' part).
+  {
+    algorithm: 'token-bucket',
+    cost: 1,
+    window: '1d',
+    note: 'one request per identifier; a day-long window so that no key expires during the run (at 100 per minute the key would live 600 ms), same value length as at 1m',
+  },
+  {
+    algorithm: 'token-bucket',
+    cost: 1,
+    window: '1d',
+    limit: 7,
+    note: 'window / limit not a whole number of ms: the TAT carries a fraction, stored as `m:r`',
   },
 ];
 
@@ -82,21 +102,17 @@ async function settle(client: Redis): Promise<void> {
 
 async function measure(client: Redis, variant: Variant): Promise<Row> {
   const { algorithm, cost, window } = variant;
-  const limiter = createLimiter({ limit: LIMIT, window, algorithm, prefix: PREFIX });
+  const limiter = createLimiter({ limit: variant.limit ?? LIMIT, window, algorithm, prefix: PREFIX });
   const { lua } = ALGORITHMS[algorithm].check;
   const command = `bench_${algorithm.replace(/-/g, '_')}`;
   if (typeof (client as unknown as Record<string, unknown>)[command] !== 'function')
     client.defineCommand(command, { numberOfKeys: 1, lua });
-  const tierArgs = limiter.tiers.flatMap((tier) => [tier.limit, tier.window]);
 
   await client.flushall();
   // Load the script (its cache entry is not per-identifier memory) before the baseline.
   await (client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[command](
     limiter.keyFor('warm-up'),
-    '',
-    1,
-    '0',
-    ...tierArgs,
+    ...scriptArgv(undefined, 1, false, 0, limiter.tiers),
   );
   await client.flushall();
   await settle(client);
@@ -104,15 +120,16 @@ async function measure(client: Redis, variant: Variant): Promise<Row> {
 
   // A fixed clock at the start of the current window, passed as ARGV[1]: every key then lives a
   // whole window (fixed window) or more from its write, so none expires before it is counted.
-  const now = String(Math.floor(Date.now() / limiter.tiers[0].window) * limiter.tiers[0].window);
+  const now = Math.floor(Date.now() / limiter.tiers[0].window) * limiter.tiers[0].window;
+  // ARGV as RedisStore encodes it: now, cost, dry run, blockFor (none), then limit and window per tier.
+  const argv = scriptArgv(now, cost, false, 0, limiter.tiers);
   const started = process.hrtime.bigint();
   for (let start = 0; start < IDS; start += BATCH) {
     const pipeline = client.pipeline() as unknown as Record<string, (...args: unknown[]) => unknown> & {
       exec(): Promise<[Error | null, unknown][]>;
     };
     for (let n = start; n < Math.min(IDS, start + BATCH); n++) {
-      // ARGV: now, cost, dry run, then limit and window per tier.
-      pipeline[command](limiter.keyFor(identifier(n)), now, cost, '0', ...tierArgs);
+      pipeline[command](limiter.keyFor(identifier(n)), ...argv);
     }
     const results = await pipeline.exec();
     const failed = results.find(([error]) => error !== null);
@@ -176,6 +193,25 @@ const WHAT_IFS: readonly WhatIf[] = [
   },
 ];
 
+/**
+ * Alternative layouts for the token bucket, emulated with plain commands; `value` is what the
+ * script stored for one request (its TAT in base 36, 8 characters).
+ */
+const BUCKET_WHAT_IFS: readonly WhatIf[] = [
+  {
+    name: 'same layout, the TAT as the script writes it (base 36), through `SET key value PX 864000` (checks the emulation against the script)',
+    write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, value, 'PX', 864_000),
+  },
+  {
+    name: 'same layout, the TAT as a decimal integer of milliseconds (13 digits), which Redis stores as an integer-encoded string object',
+    write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, String(Number.parseInt(value, 36)), 'PX', 864_000),
+  },
+  {
+    name: 'same layout, the TAT × limit + r as a decimal integer (keeps the fraction r; 15 digits at limit 100)',
+    write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, String(Number.parseInt(value, 36) * LIMIT), 'PX', 864_000),
+  },
+];
+
 async function measureWhatIf(client: Redis, whatIf: WhatIf, value: string): Promise<number> {
   await client.flushall();
   await settle(client);
@@ -209,6 +245,7 @@ function cpuModel(): string {
 
 async function main(): Promise<void> {
   const started = new Date();
+  const loadBefore = loadavg();
   // DEBUG HTSTATS tells when the key dictionaries have finished rehashing.
   const redis = await startRedis(['--enable-debug-command', 'local']);
   const client = new Redis({ host: '127.0.0.1', port: redis.port, lazyConnect: true });
@@ -218,6 +255,7 @@ async function main(): Promise<void> {
   const allocator = /mem_allocator:(\S+)/.exec(await client.info('memory'))?.[1] ?? 'unknown';
   const rows: Row[] = [];
   const whatIfs: { name: string; bytes: number }[] = [];
+  const bucketWhatIfs: { name: string; bytes: number; encoding: string }[] = [];
   try {
     for (const variant of VARIANTS) {
       process.stderr.write(
@@ -233,6 +271,16 @@ async function main(): Promise<void> {
       process.stderr.write(`what if: ${bytes.toFixed(1)} bytes: ${whatIf.name}\n`);
       whatIfs.push({ name: whatIf.name, bytes });
     }
+    const bucketRow = rows.find((row) => row.algorithm === 'token-bucket' && row.limit === undefined);
+    if (bucketRow) {
+      const bucketValue = bucketRow.sampleValue.replace(/"/g, '');
+      for (const whatIf of BUCKET_WHAT_IFS) {
+        const bytes = await measureWhatIf(client, whatIf, bucketValue);
+        const encoding = String(await client.call('OBJECT', 'ENCODING', `${PREFIX}:${identifier(Math.floor(IDS / 2))}`));
+        process.stderr.write(`what if (token bucket): ${bytes.toFixed(1)} bytes, ${encoding}: ${whatIf.name}\n`);
+        bucketWhatIfs.push({ name: whatIf.name, bytes, encoding });
+      }
+    }
   } finally {
     await client.quit().catch(() => undefined);
     await redis.stop();
@@ -242,23 +290,27 @@ async function main(): Promise<void> {
   lines.push('# Redis memory per identifier', '');
   lines.push(`Generated by \`npm run bench:memory\` (bench/memory.ts) on ${started.toISOString()}.`, '');
   lines.push('| | |', '| --- | --- |');
+  const load = (averages: number[]): string => averages.map((average) => average.toFixed(2)).join(', ');
   lines.push(`| machine | ${cpus().length} CPUs, ${cpuModel()}, node ${process.version} |`);
+  lines.push(
+    `| load | load average (1, 5, 15 min) ${load(loadBefore)} at the start, ${load(loadavg())} at the end; the machine may be shared, which changes the seconds to write, not the bytes |`,
+  );
   lines.push(`| source | ${gitState()} |`);
   lines.push(`| redis | redis-server ${redisVersion}, allocator ${allocator}, default settings, no persistence, started by the bench |`);
   lines.push(
-    `| method | per algorithm: \`FLUSHALL\`, \`used_memory\` (INFO memory) before; ${IDS.toLocaleString('en-US')} distinct identifiers each checked once (cost 1, so each is counted once, with a fixed \`now\` at the start of the current window so no key expires during the run) through the algorithm's real Lua script, registered with ioredis \`defineCommand\` and sent in pipelines of ${BATCH.toLocaleString('en-US')}; \`used_memory\` after, once the key dictionaries finished rehashing. Bytes per identifier = (after − before) ÷ identifiers |`,
+    `| method | per algorithm: \`FLUSHALL\`, \`used_memory\` (INFO memory) before; ${IDS.toLocaleString('en-US')} distinct identifiers each checked once (counting the row's cost, with a fixed \`now\` at the start of the current window so no key expires during the run) through the algorithm's real Lua script, registered with ioredis \`defineCommand\` and sent in pipelines of ${BATCH.toLocaleString('en-US')}; \`used_memory\` after, once the key dictionaries finished rehashing. Bytes per identifier = (after − before) ÷ identifiers. The token bucket's key lives only until its bucket is full again (window ÷ limit per unit counted), so its rows use a day-long window (see their notes) |`,
   );
   lines.push(
-    `| keys | prefix \`${PREFIX}\`, identifiers as \`byIp()\` makes them for 10.0.0.0/8 clients (\`ip:10.x.y.z\`), so keys look like \`${rows[0]?.sampleKey ?? ''}\`; limit ${LIMIT} per window |`,
+    `| keys | prefix \`${PREFIX}\`, identifiers as \`byIp()\` makes them for 10.0.0.0/8 clients (\`ip:10.x.y.z\`), so keys look like \`${rows[0]?.sampleKey ?? ''}\`; limit ${LIMIT} per window unless a row says otherwise |`,
   );
   lines.push('');
   lines.push(
-    '| algorithm | counted per identifier | window | bytes per identifier | used_memory before | used_memory after | keys | sample key | type | sample value | `MEMORY USAGE` of the sample | why |',
+    '| algorithm | counted per identifier | limit | window | bytes per identifier | used_memory before | used_memory after | keys | sample key | type | sample value | `MEMORY USAGE` of the sample | s to write | why |',
   );
-  lines.push('| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | --- |');
+  lines.push('| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | --- |');
   for (const row of rows) {
     lines.push(
-      `| ${row.algorithm} | ${row.cost} | ${row.window} | **${row.perIdentifier.toFixed(1)}** | ${row.before.toLocaleString('en-US')} | ${row.after.toLocaleString('en-US')} | ${row.keys.toLocaleString('en-US')} | \`${row.sampleKey}\` | ${row.sampleType} | \`${row.sampleValue}\` | ${row.memoryUsage} | ${row.note} |`,
+      `| ${row.algorithm} | ${row.cost} | ${row.limit ?? LIMIT} | ${row.window} | **${row.perIdentifier.toFixed(1)}** | ${row.before.toLocaleString('en-US')} | ${row.after.toLocaleString('en-US')} | ${row.keys.toLocaleString('en-US')} | \`${row.sampleKey}\` | ${row.sampleType} | \`${row.sampleValue}\` | ${row.memoryUsage} | ${row.seconds.toFixed(1)} | ${row.note} |`,
     );
   }
   lines.push('');
@@ -287,6 +339,41 @@ async function main(): Promise<void> {
         `The TTL (expires entry and bucket) costs ${(whatIfs[0].bytes - whatIfs[2].bytes).toFixed(1)} bytes. ` +
         'Within this layout the only way down is to keep the key and the value under those class boundaries (the value at most 12 characters); ' +
         'grouping identifiers into small hashes is the way to a several-fold reduction, at the price of per-identifier expiry (hash-field TTLs need Redis 7.4) and of a different key layout.',
+      '',
+    );
+  }
+  const bucket = rows.find((row) => row.algorithm === 'token-bucket' && row.limit === undefined);
+  if (bucket && bucketWhatIfs.length >= 3) {
+    // Compared as printed (one decimal): differences below 0.05 bytes per identifier are noise of used_memory.
+    const bytes = (row: { perIdentifier: number }): number => Number(row.perIdentifier.toFixed(1));
+    const others = rows.filter((row) => row.algorithm !== 'token-bucket' && row.cost === 1);
+    const smallest = Math.min(...others.map(bytes));
+    const smallestNames = others.filter((row) => bytes(row) === smallest).map((row) => row.algorithm);
+    const standing =
+      bytes(bucket) < smallest
+        ? `the smallest of the four (${bytes(bucket).toFixed(1)} against ${smallest.toFixed(1)} for ${smallestNames.join(' and ')})`
+        : bytes(bucket) === smallest
+          ? `**not** the smallest: tied with ${smallestNames.join(' and ')} at ${smallest.toFixed(1)} bytes`
+          : `**not** the smallest: ${bytes(bucket).toFixed(1)} bytes against ${smallest.toFixed(1)} for ${smallestNames.join(' and ')}`;
+    const saved = bucketWhatIfs[0].bytes - bucketWhatIfs[1].bytes;
+    const projected = bucket.perIdentifier - saved;
+    const sampleValue = bucket.sampleValue.replace(/"/g, '');
+    lines.push('### The token bucket', '');
+    lines.push(
+      `Per identifier, the token bucket is ${standing}. Its value \`${sampleValue}\` (${sampleValue.length} characters: the TAT in ms, base 36) is shorter than the sliding window's, ` +
+        'but both fit the same 32-byte embedded string, and the rest of the cost (key, dictionary entries, TTL) is the same for every string key. ' +
+        'Alternative layouts, emulated with plain commands on the same identifiers; measurements of what a change would give, not of this package:',
+      '',
+    );
+    lines.push('| layout | bytes per identifier | `OBJECT ENCODING` of the value |', '| --- | ---: | --- |');
+    for (const whatIf of bucketWhatIfs) lines.push(`| ${whatIf.name} | ${whatIf.bytes.toFixed(1)} | ${whatIf.encoding} |`);
+    lines.push('');
+    lines.push(
+      'Reading: a string value that parses as a decimal integer is kept by Redis as an integer inside the 16-byte object itself, with no string allocation, ' +
+        `so a TAT stored in decimal would save ${saved.toFixed(1)} bytes per identifier: about ${projected.toFixed(1)}, ${projected < smallest - 0.05 ? 'the smallest of the four' : `still not below the ${smallest.toFixed(1)} of ${smallestNames.join(' and ')}`}. ` +
+        'That holds only while the value is one integer: several tiers, or a block marker, make it a string again. ' +
+        'A whole number of ms drops the fraction r the script keeps; ' +
+        "storing TAT × limit + r instead keeps it, but the script computes in Lua doubles, exact below 2^53: with today's epoch milliseconds (about 1.8 × 10^12) that allows limits up to about 5,000, so larger limits would need a TAT relative to a recent epoch.",
       '',
     );
   }

@@ -80,6 +80,45 @@ export function markdownTable(results: readonly TraceResult[]): string {
   return markdown(['trace', 'algorithm', ...MEASURED, 'agrees with independent log %'], rows, 2);
 }
 
+/**
+ * The token bucket's rows: its decisions judged against its own exact definition, and
+ * beside them the window-judged figures that show how a bucket differs from a window,
+ * next to the independent exact sliding log's allowed share.
+ */
+export function bucketTable(results: readonly TraceResult[]): string {
+  const rows: string[][] = [];
+  for (const result of results) {
+    const stat = result.stats.find((s) => s.algorithm === 'token-bucket');
+    if (stat === undefined) continue;
+    rows.push([
+      result.trace.name,
+      stat.requests.toLocaleString('en-US'),
+      (stat.ownFalseAllows + stat.ownFalseDenies).toLocaleString('en-US'),
+      ((100 * stat.allowed) / stat.requests).toFixed(2),
+      ((100 * result.referenceAllowed) / result.requests).toFixed(2),
+      percent(stat.falseAllows, stat.requests),
+      percent(stat.falseDenies, stat.requests),
+      stat.worstCount.toLocaleString('en-US'),
+      overshoot(stat, result.trace.tier.limit).toFixed(2),
+    ]);
+  }
+  return markdown(
+    [
+      'trace',
+      'requests',
+      'decisions unlike an exact bucket',
+      'allowed %',
+      'sliding log: allowed %',
+      'allowed where the window was full %',
+      'denied where the window had room %',
+      'most in one window',
+      'worst overshoot',
+    ],
+    rows,
+    1,
+  );
+}
+
 /** Bands of offered load (mean rate over limit) for the per-band breakdown, in report order. */
 export const LOAD_BANDS: readonly { readonly label: string; readonly below: number }[] = [
   { label: 'under 0.5x the limit', below: 0.5 },
@@ -132,10 +171,12 @@ export function tracePlot(result: TraceResult): string {
       points: scaled(series.reference, from, unit.ms),
     },
   ];
-  for (const name of ['sliding-window', 'fixed-window'] as const) {
+  for (const name of ['sliding-window', 'fixed-window', 'token-bucket'] as const) {
     const recorded = series.byAlgorithm.get(name);
     if (recorded === undefined) continue;
-    lines.push({ label: `${name}: its estimate`, color: COLORS[name], dash: '7 4', points: scaled(recorded.estimate, from, unit.ms) });
+    // The token bucket's own figure is not a count in a window but the units its bucket lacks (limit − tokens).
+    const own = name === 'token-bucket' ? 'units missing from its bucket' : 'its estimate';
+    lines.push({ label: `${name}: ${own}`, color: COLORS[name], dash: '7 4', points: scaled(recorded.estimate, from, unit.ms) });
     lines.push({ label: `${name}: true count of what it allowed`, color: COLORS[name], points: scaled(recorded.truth, from, unit.ms) });
   }
   const windowLabel = trace.tier.window >= 86_400_000 ? `${trace.tier.window / 86_400_000} day` : `${trace.tier.window / 1000} s`;

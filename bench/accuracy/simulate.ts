@@ -27,8 +27,15 @@
  * algorithm's allowed requests *plus the false denies counted so far* would still
  * have room, so that each free unit of room absorbs at most one wrongly denied
  * request. The capped figure is a lower bound, the per-request one an upper bound.
+ *
+ * The token bucket is not a window, so the figures above measure how it *differs* from
+ * one, not its errors. Its errors are judged against its own definition instead: a
+ * second shadow, an exact token bucket ({@link ExactBucket}), is fed the requests the
+ * token bucket allowed, and every decision that differs from what that exact bucket
+ * would decide is counted (and the first such case kept, to be reported precisely).
  */
 import type { AlgorithmName, AlgorithmScripts, RawReply, Tier } from '../../src/algorithms/types';
+import { ExactBucket } from './exact-bucket';
 import { ExactLog } from './exact-log';
 import type { Source, Trace } from './traces';
 
@@ -50,6 +57,26 @@ export interface AlgorithmStats {
   agreements: number;
   /** Most units allowed inside any one window, over all sources. */
   worstCount: number;
+  /** Whether the algorithm has an exact model of its own definition besides the sliding log (the token bucket). */
+  readonly ownDefinition: boolean;
+  /** Allowed, though the exact model of its own definition, with the same allowed history, would deny. */
+  ownFalseAllows: number;
+  /** Denied, though the exact model of its own definition, with the same allowed history, would allow. */
+  ownFalseDenies: number;
+  /** The first decision that differed from its own definition, if any. */
+  firstOwnMismatch?: OwnMismatch;
+}
+
+/** One decision that differed from the algorithm's own exact definition. */
+export interface OwnMismatch {
+  readonly source: string;
+  /** Epoch ms of the request. */
+  readonly time: number;
+  /** Index of the request in its source. */
+  readonly index: number;
+  readonly allowed: boolean;
+  /** Tokens the exact bucket held at that moment. */
+  readonly exactTokens: number;
 }
 
 /** A polyline: [time ms, value] pairs in time order. */
@@ -84,6 +111,8 @@ class Runner {
   readonly shadow: ExactLog;
   /** The shadow plus the capped false denies: an exact log's view of what was (or should have been) admitted. */
   readonly claimed: ExactLog;
+  /** For the token bucket: an exact bucket fed the units it allowed, its own definition. */
+  readonly definition: ExactBucket | undefined;
 
   constructor(
     readonly algorithm: AlgorithmScripts,
@@ -91,6 +120,7 @@ class Runner {
   ) {
     this.shadow = new ExactLog(tiers[0].limit, tiers[0].window);
     this.claimed = new ExactLog(tiers[0].limit, tiers[0].window);
+    this.definition = algorithm.algorithm === 'token-bucket' ? new ExactBucket(tiers[0].limit, tiers[0].window) : undefined;
   }
 
   /** Runs one check; with `dryRun` nothing is counted. */
@@ -134,6 +164,7 @@ function sampleTimes(trace: Trace): number[] {
  * `algorithms`). When `plot` is given, also records the series of the plot.
  */
 function simulateSource(
+  sourceId: string,
   times: Float64Array,
   tier: Tier,
   algorithms: readonly AlgorithmScripts[],
@@ -173,6 +204,15 @@ function simulateSource(
       const allowed = runner.check(now, COST, false)[0] === 1;
       const exactWouldAllow = runner.shadow.fits(now, COST);
       stat.requests++;
+      if (runner.definition !== undefined) {
+        const definitionAllows = runner.definition.fits(now, COST);
+        if (allowed !== definitionAllows) {
+          if (allowed) stat.ownFalseAllows++;
+          else stat.ownFalseDenies++;
+          stat.firstOwnMismatch ??= { source: sourceId, time: now, index: r, allowed, exactTokens: runner.definition.tokens(now) };
+        }
+        if (allowed) runner.definition.add(now, COST);
+      }
       if (allowed === referenceAllows) stat.agreements++;
       if (allowed && !exactWouldAllow) stat.falseAllows++;
       if (!allowed && exactWouldAllow) {
@@ -212,6 +252,9 @@ function emptyStats(algorithms: readonly AlgorithmScripts[]): AlgorithmStats[] {
     cappedFalseDenies: 0,
     agreements: 0,
     worstCount: 0,
+    ownDefinition: algorithm.algorithm === 'token-bucket',
+    ownFalseAllows: 0,
+    ownFalseDenies: 0,
   }));
 }
 
@@ -224,6 +267,9 @@ function addStats(into: AlgorithmStats[], from: readonly AlgorithmStats[]): void
     stat.cappedFalseDenies += from[i].cappedFalseDenies;
     stat.agreements += from[i].agreements;
     stat.worstCount = Math.max(stat.worstCount, from[i].worstCount);
+    stat.ownFalseAllows += from[i].ownFalseAllows;
+    stat.ownFalseDenies += from[i].ownFalseDenies;
+    stat.firstOwnMismatch ??= from[i].firstOwnMismatch;
   });
 }
 
@@ -251,7 +297,7 @@ export function simulateTrace(trace: Trace, algorithms: readonly AlgorithmScript
     const plot =
       index === trace.plot.source ? { from: trace.plot.from, to: trace.plot.to, samples: sampleTimes(trace), series } : undefined;
     const sourceStats = emptyStats(algorithms);
-    referenceAllowed += simulateSource(source.times, trace.tier, algorithms, sourceStats, plot);
+    referenceAllowed += simulateSource(source.id, source.times, trace.tier, algorithms, sourceStats, plot);
     requests += source.times.length;
     addStats(stats, sourceStats);
     if (groupOf !== undefined) {
@@ -284,4 +330,16 @@ export function floodAdmissions(algorithm: AlgorithmScripts, tier: Tier, start: 
     if (runner.check(now, COST, false)[0] === 1) perWindow[Math.floor((now - start) / tier.window)]++;
   }
   return perWindow;
+}
+
+/**
+ * The decisions of `algorithm` on one identifier's requests (whole ms, ascending), its
+ * state kept and dropped at its expiry the way `MemoryStore` does.
+ *
+ * @param costs - the cost of each request; 1 each when absent.
+ * @returns per request, whether it was allowed.
+ */
+export function decisions(algorithm: AlgorithmScripts, tier: Tier, times: readonly number[], costs?: readonly number[]): boolean[] {
+  const runner = new Runner(algorithm, [tier]);
+  return times.map((now, i) => runner.check(now, costs?.[i] ?? COST, false)[0] === 1);
 }

@@ -8,19 +8,24 @@ import { join } from 'node:path';
 import { fixedWindow } from '../../src/algorithms/fixed-window';
 import { slidingLog } from '../../src/algorithms/sliding-log';
 import { slidingWindow } from '../../src/algorithms/sliding-window';
+import { tokenBucket } from '../../src/algorithms/token-bucket';
 import type { AlgorithmScripts } from '../../src/algorithms/types';
 import { accuracyDocument, type FloodResult } from './document';
-import { loadBand, loadBandTable, markdownTable, tracePlot } from './report';
+import { bucketTable, loadBand, loadBandTable, markdownTable, tracePlot } from './report';
 import { floodAdmissions, simulateTrace, type TraceResult } from './simulate';
 import { EPOCH, STUDY_TRACES } from './traces';
 
 const DOCS = join(__dirname, '..', '..', 'docs');
 
-/** The algorithms under test; the library's sliding log is checked against the independent exact log too. */
+/**
+ * The algorithms under test; the library's sliding log is checked against the independent exact log too,
+ * and the token bucket against an exact bucket as well.
+ */
 const ALGORITHMS: readonly AlgorithmScripts[] = [
   slidingWindow as AlgorithmScripts,
   fixedWindow as AlgorithmScripts,
   slidingLog as AlgorithmScripts,
+  tokenBucket as AlgorithmScripts,
 ];
 
 function main(): void {
@@ -33,6 +38,13 @@ function main(): void {
     results.push(result);
     const file = `accuracy-${trace.name}.svg`;
     writeFileSync(join(DOCS, file), tracePlot(result));
+    for (const stat of result.stats) {
+      if (stat.firstOwnMismatch === undefined) continue;
+      const m = stat.firstOwnMismatch;
+      console.error(
+        `${trace.name}: ${stat.algorithm} differs from its exact definition on ${stat.ownFalseAllows + stat.ownFalseDenies} requests; first: source ${m.source}, request #${m.index} at ${new Date(m.time).toISOString()} (${m.time}), ${m.allowed ? 'allowed' : 'denied'} with ${m.exactTokens} tokens in the exact bucket`,
+      );
+    }
     console.error(
       `${trace.name}: ${result.requests.toLocaleString('en-US')} requests in ${(result.elapsedMs / 1000).toFixed(1)} s -> docs/${file}`,
     );
@@ -40,6 +52,7 @@ function main(): void {
   const seconds = (performance.now() - started) / 1000;
   const table = markdownTable(results);
   console.log(table);
+  console.log(`\ntoken bucket:\n${bucketTable(results)}`);
   const breakdowns = results.filter((result) => result.groups.size > 0).map((result) => ({ result, table: loadBandTable(result) }));
   for (const { result, table: bands } of breakdowns) console.log(`\n${result.trace.name}, by offered load:\n${bands}`);
   const floods: FloodResult[] = [10, 100].map((limit) => ({
@@ -53,7 +66,7 @@ function main(): void {
       `\nconstant flood, limit ${flood.limit}: admitted per window ${[...flood.perWindow].map(([name, counts]) => `${name} ${counts.join(',')}`).join('; ')}`,
     );
   }
-  writeFileSync(join(DOCS, 'accuracy.md'), accuracyDocument({ results, table, breakdowns, floods, seconds }));
+  writeFileSync(join(DOCS, 'accuracy.md'), accuracyDocument({ results, table, bucket: bucketTable(results), breakdowns, floods, seconds }));
   console.error(`wrote docs/accuracy.md (${seconds.toFixed(1)} s)`);
 }
 

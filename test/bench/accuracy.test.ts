@@ -1,12 +1,24 @@
+import { ExactBucket } from '../../bench/accuracy/exact-bucket';
 import { ExactLog } from '../../bench/accuracy/exact-log';
-import { type AlgorithmStats, floodAdmissions, simulateTrace, type TraceResult } from '../../bench/accuracy/simulate';
-import { boundaryTrace, burstTrace, EPOCH, poissonTrace, slidingWorstCaseTrace, type Trace } from '../../bench/accuracy/traces';
+import { type AlgorithmStats, decisions, floodAdmissions, simulateTrace, type TraceResult } from '../../bench/accuracy/simulate';
+import {
+  boundaryTrace,
+  burstTrace,
+  EPOCH,
+  heavyTailedTrace,
+  poissonTrace,
+  slidingWorstCaseTrace,
+  type Trace,
+} from '../../bench/accuracy/traces';
 import { fixedWindow } from '../../src/algorithms/fixed-window';
 import { slidingLog } from '../../src/algorithms/sliding-log';
 import { slidingWindow } from '../../src/algorithms/sliding-window';
-import type { AlgorithmName, AlgorithmScripts } from '../../src/algorithms/types';
+import { tokenBucket } from '../../src/algorithms/token-bucket';
+import type { AlgorithmName, AlgorithmScripts, Tier } from '../../src/algorithms/types';
+import { mulberry32 } from '../../support/random';
 
-const ALGORITHMS = [slidingWindow, fixedWindow, slidingLog] as AlgorithmScripts[];
+const ALGORITHMS = [slidingWindow, fixedWindow, slidingLog, tokenBucket] as AlgorithmScripts[];
+const BUCKET = tokenBucket as AlgorithmScripts;
 const TINY = { sources: 2, windows: 20 };
 
 function statOf(result: TraceResult, name: AlgorithmName): AlgorithmStats {
@@ -113,5 +125,116 @@ describe('accuracy simulator', () => {
     const sliding = result.series.byAlgorithm.get('sliding-window')!;
     expect(sliding.estimate.length).toBe(result.series.reference.length);
     for (let i = 1; i < sliding.estimate.length; i++) expect(sliding.estimate[i][0]).toBeGreaterThanOrEqual(sliding.estimate[i - 1][0]);
+  });
+});
+
+describe("exact token bucket (the token bucket's own definition)", () => {
+  test('starts full, refills limit / window per ms exactly, never above the limit', () => {
+    const bucket = new ExactBucket(3, 1000);
+    expect(bucket.tokens(0)).toBe(3);
+    for (let i = 0; i < 3; i++) bucket.add(0, 1);
+    expect(bucket.fits(0, 1)).toBe(false);
+    expect(bucket.fits(333, 1)).toBe(false); // 333 × 3 / 1000 = 0.999 tokens
+    expect(bucket.tokens(333)).toBeCloseTo(0.999, 12);
+    expect(bucket.fits(334, 1)).toBe(true); // 1.002 tokens
+    expect(bucket.tokens(10_000)).toBe(3);
+    expect(bucket.fits(10_000, 4)).toBe(false);
+  });
+
+  test('a shadow may be fed what it would not allow: the level goes below zero and refills from there', () => {
+    const bucket = new ExactBucket(2, 100);
+    bucket.add(0, 3);
+    expect(bucket.tokens(0)).toBe(-1);
+    expect(bucket.fits(49, 1)).toBe(false); // -1 + 0.98
+    expect(bucket.fits(100, 1)).toBe(true); // -1 + 2
+  });
+
+  test("the library's token bucket decides exactly like the exact bucket on random traces", () => {
+    const random = mulberry32(2024);
+    // Windows that limit divides and windows it does not (the twin keeps TAT as m + r / limit).
+    const tiers: Tier[] = [
+      { limit: 1, window: 1000 },
+      { limit: 3, window: 1000 },
+      { limit: 7, window: 60_000 },
+      { limit: 100, window: 60_000 },
+      { limit: 13, window: 17 },
+      { limit: 1000, window: 86_400_000 },
+    ];
+    let compared = 0;
+    let allowedSeen = 0;
+    for (const tier of tiers) {
+      const times: number[] = [];
+      const costs: number[] = [];
+      let now = EPOCH + Math.floor(random() * tier.window);
+      for (let i = 0; i < 5000; i++) {
+        // Mostly gaps around the refill interval, sometimes a burst, sometimes a long pause.
+        const pick = random();
+        const unit = tier.window / tier.limit;
+        now += pick < 0.3 ? 0 : pick < 0.95 ? Math.floor(random() * 2 * unit) : Math.floor(random() * 2 * tier.window);
+        times.push(now);
+        costs.push(random() < 0.8 ? 1 : 1 + Math.floor(random() * Math.min(tier.limit + 1, 5)));
+      }
+      const library = decisions(BUCKET, tier, times, costs);
+      const exact = new ExactBucket(tier.limit, tier.window);
+      times.forEach((time, i) => {
+        const expected = exact.fits(time, costs[i]);
+        if (library[i] !== expected)
+          throw new Error(
+            `limit ${tier.limit}/${tier.window} ms, request #${i} at ${time} cost ${costs[i]}: library ${library[i]}, exact ${expected}`,
+          );
+        if (expected) {
+          exact.add(time, costs[i]);
+          allowedSeen++;
+        }
+        compared++;
+      });
+    }
+    expect(compared).toBe(6 * 5000);
+    expect(allowedSeen).toBeGreaterThan(1000);
+    expect(allowedSeen).toBeLessThan(compared);
+  });
+
+  test("after a full bucket's burst, one unit per window / limit: the k-th at ceil(k × window / limit)", () => {
+    const tier = { limit: 3, window: 1000 };
+    const times = Array.from({ length: 3000 }, (_, i) => EPOCH + i); // a request every ms for 3 s
+    const allowedAt = decisions(BUCKET, tier, times);
+    const allowed = times.filter((_, i) => allowedAt[i]);
+    const expected = [EPOCH, EPOCH + 1, EPOCH + 2];
+    for (let k = 1; Math.ceil((k * tier.window) / tier.limit) < 3000; k++) expected.push(EPOCH + Math.ceil((k * tier.window) / tier.limit));
+    expect(allowed).toEqual(expected); // 334, 667, 1000, 1334, ... after the start
+  });
+});
+
+describe('token bucket in the study', () => {
+  const traces: [string, () => Trace][] = [
+    ['poisson at 150 %', () => poissonTrace(1.5, TINY)],
+    ['end-of-window bursts', () => burstTrace('end', TINY)],
+    ['sliding window worst case', () => slidingWorstCaseTrace(TINY)],
+    ['heavy-tailed', () => heavyTailedTrace({ sources: 300, windows: 20 })],
+  ];
+
+  test.each(traces)(
+    'keeps to its own definition, never denies where a window has room, overshoots by at most limit - 1: %s',
+    (_name, make) => {
+      const result = simulateTrace(make(), ALGORITHMS);
+      const bucket = statOf(result, 'token-bucket');
+      const { limit } = result.trace.tier;
+      expect(bucket.ownDefinition).toBe(true);
+      expect(bucket.ownFalseAllows).toBe(0);
+      expect(bucket.ownFalseDenies).toBe(0);
+      expect(bucket.firstOwnMismatch).toBeUndefined();
+      expect(bucket.falseDenies).toBe(0);
+      expect(bucket.worstCount).toBeLessThanOrEqual(2 * limit - 1);
+      expect(statOf(result, 'sliding-window').ownDefinition).toBe(false);
+    },
+  );
+
+  test('a full bucket, then what refills within the window: 2 x limit - 1 on the constructed worst case', () => {
+    const result = simulateTrace(slidingWorstCaseTrace(TINY), ALGORITHMS);
+    expect(statOf(result, 'token-bucket').worstCount).toBe(2 * result.trace.tier.limit - 1);
+  });
+
+  test('under a constant flood: the burst plus the refill in the first window, then the limit per window', () => {
+    expect(floodAdmissions(BUCKET, { limit: 10, window: 60_000 }, EPOCH, 5, 7)).toEqual([19, 10, 10, 10, 10]);
   });
 });
