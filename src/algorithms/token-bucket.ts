@@ -13,22 +13,24 @@ import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './ty
  * `window / limit` is rarely a whole number of ms, so TAT is kept exactly as `m + r / limit`
  * ms (`0 ≤ r < limit`), and every comparison is made in integers.
  *
- * Storage: one string key per identifier: per tier `m` or `m:r` in base 36, tiers separated by
- * spaces, after an optional block marker `!<until>`; it expires when every bucket is full again
- * (or when a longer block ends), since a full bucket is the same as none.
+ * Storage: one string key per identifier: per tier `m:r` in base 36, or `m` in decimal when
+ * `r` is 0, tiers separated by spaces, after an optional block marker `!<until>`; it expires when
+ * every bucket is full again (or when a longer block ends), since a full bucket is the same as
+ * none. One tier in whole milliseconds is a bare decimal integer, which Redis stores as a number:
+ * the smallest state of the four algorithms.
  */
 
 /** Per tier: [m, r] (TAT = m + r / limit ms), flattened; with a block. */
 export type TokenBucketState = Stored<number[]>;
 
 const LUA_TAT = `
--- Stored TATs, per tier a pair {m, r}; an r of a former, larger limit is carried into m.
+-- Stored TATs, per tier a pair {m, r}: 'm:r' in base 36, or m alone in decimal when r is 0.
 local function readTats(body)
   local tats = {}
   if body then
     for part in string.gmatch(body, '%S+') do
-      local m, r = string.match(part, '^([0-9a-z]+):?([0-9a-z]*)$')
-      tats[#tats + 1] = { tonumber(m, 36), r == '' and 0 or tonumber(r, 36) }
+      local m, r = string.match(part, '^([0-9a-z]+):([0-9a-z]+)$')
+      if m then tats[#tats + 1] = { tonumber(m, 36), tonumber(r, 36) } else tats[#tats + 1] = { tonumber(part), 0 } end
     end
   end
   return tats
@@ -56,8 +58,10 @@ local function waitFor(m, r, units, limit, window, now)
   if at > now then return at - now end
   return 0
 end
+-- A whole-millisecond TAT is written in decimal: alone in its key (one tier, no block), Redis
+-- keeps such a value as an integer, its smallest string.
 local function encode(m, r)
-  if r == 0 then return base36(m) end
+  if r == 0 then return string.format('%d', m) end
   return base36(m) .. ':' .. base36(r)
 end
 `;
@@ -65,9 +69,9 @@ end
 const CHECK = checkLua(
   LUA_TAT,
   `
-  -- Stored at the key, a string: per tier the TAT as 'm' or 'm:r' in base 36 (TAT = m + r / limit
-  -- ms), tiers separated by spaces, after an optional block marker '!<until>'; expires when every
-  -- bucket is full again (or when a longer block ends).
+  -- Stored at the key, a string: per tier the TAT (m + r / limit ms) as 'm:r' in base 36, or as m in
+  -- decimal when r is 0, tiers separated by spaces, after an optional block marker '!<until>';
+  -- expires when every bucket is full again (or when a longer block ends).
   local blockedUntil, body = readBlocked(redis.call('GET', key))
   local blocked = blockedUntil > now
   if blocked then dry = true end

@@ -232,19 +232,13 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<{ bloc
   const value = await client.get(key);
   if (value === null) return { blockedUntil: 0, body: [] };
   const [, until, rest] = /^(?:!([0-9a-z]+) ?)?(.*)$/.exec(value)!;
-  // A token bucket keeps per tier 'm' or 'm:r': the twin holds [m, r] pairs.
+  // A token bucket keeps per tier 'm:r' in base 36, or m in decimal: the twin holds [m, r] pairs.
   const body =
     algorithm === 'token-bucket'
       ? rest
           .split(' ')
           .filter(Boolean)
-          .flatMap((part) =>
-            part
-              .split(':')
-              .map((n) => parseInt(n, 36))
-              .concat([0])
-              .slice(0, 2),
-          )
+          .flatMap((part) => (part.includes(':') ? part.split(':').map((n) => parseInt(n, 36)) : [Number(part), 0]))
       : readCounters(rest);
   return { blockedUntil: until === undefined ? 0 : parseInt(until, 36), body };
 }
