@@ -1,0 +1,253 @@
+/**
+ * Shared by the test files of test/http/ that run one scenario through every adapter:
+ * Express 5, Express 4 (the `express4` alias), the Fastify plugin's own options, and a
+ * Fastify route's `config.rateLimit`. Each app listens on a real socket (127.0.0.1, so
+ * `byIp()` sees `ip:127.0.0.1`), its route counts the requests that got past the limiter,
+ * and its error handling records what reached it. Not a test file itself.
+ */
+import http, { type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { runInThisContext } from 'node:vm';
+import express5, { type NextFunction, type Request, type Response } from 'express';
+import Fastify, { type FastifyInstance } from 'fastify';
+import request from 'supertest';
+import { type CheckOptions, createLimiter, type Decision, type Limiter, type RequestLike, type Store } from '../../src';
+import * as expressAdapter from '../../src/express';
+import * as fastifyAdapter from '../../src/fastify';
+import type { Awaitable, HttpOptions } from '../../src/http/options';
+
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const express4 = require('express4') as typeof express5;
+
+/** What the tests' option functions may read of a request, in both frameworks. */
+export type TestRequest = RequestLike & { method?: string; url?: string };
+/** What `requestWasSuccessful` may read of a response (Express `res`, Fastify `reply`). */
+export interface TestResponse {
+  statusCode: number;
+}
+/** The HTTP options as the tests write them, once for every framework. */
+export type TestOptions = HttpOptions<TestRequest, TestResponse>;
+
+/** The route behind the limiter. */
+export interface Route {
+  method?: 'GET' | 'POST';
+  path?: string;
+  /** Answers a request that got past the limiter (default 200 'ok'); `raw` is Node's response. */
+  handle?: (request: TestRequest, raw: ServerResponse) => Awaitable<{ status?: number; body?: string } | undefined>;
+}
+
+export interface Setup {
+  store: Store;
+  clock: () => number;
+  /** The prefix the limiter under test counts in. */
+  prefix: string;
+  route?: Route;
+  /** Express's `trust proxy` setting / Fastify's `trustProxy` option; unset by default. */
+  trustProxy?: boolean;
+  /** Other builds of the adapters (e.g. loaded by `jest.isolateModules`). */
+  adapters?: { express: typeof expressAdapter; fastify: typeof fastifyAdapter };
+}
+
+export interface App {
+  readonly port: number;
+  /** Sends a request to the route (its method and path unless given). */
+  send(headers?: Record<string, string>, options?: { method?: 'GET' | 'POST'; path?: string }): Promise<request.Response>;
+  /** How many requests the route handler ran for. */
+  readonly hits: () => number;
+  /** Errors that reached the framework's error handling (Express error middleware, Fastify setErrorHandler). */
+  readonly errors: unknown[];
+  /**
+   * Peeks at the counts of the limiter under test: `middleware.limiter` (Express),
+   * `app.rateLimiter` (Fastify plugin), or, for a route's own key space, a limiter over the
+   * same store, prefix and clock (Fastify keeps a route's limiter to itself).
+   */
+  peek(identifier: string, options?: CheckOptions): Promise<Decision>;
+  close(): Promise<void>;
+}
+
+export interface Framework {
+  readonly name: string;
+  start(options: TestOptions, setup: Setup): Promise<App>;
+}
+
+const open = new Set<App>();
+
+/** Closes every app started since the last call; for afterEach. */
+export async function closeApps(): Promise<void> {
+  const apps = [...open];
+  open.clear();
+  await Promise.all(apps.map((app) => app.close()));
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function expressFramework(name: string, express: typeof express5): Framework {
+  return {
+    name,
+    async start(options, setup) {
+      const { route = {} } = setup;
+      const adapter = setup.adapters?.express ?? expressAdapter;
+      const app = express();
+      if (setup.trustProxy !== undefined) app.set('trust proxy', setup.trustProxy);
+      const middleware = adapter.rateLimit({
+        store: setup.store,
+        clock: setup.clock,
+        prefix: setup.prefix,
+        ...(options as expressAdapter.ExpressRateLimitOptions),
+      });
+      let hits = 0;
+      const errors: unknown[] = [];
+      const method = route.method === 'POST' ? 'post' : 'get';
+      app[method](route.path ?? '/', middleware, (req: Request, res: Response, next: NextFunction) => {
+        hits++;
+        Promise.resolve(route.handle?.(req, res)).then((answer) => {
+          if (!res.headersSent) res.status(answer?.status ?? 200).send(answer?.body ?? 'ok');
+        }, next);
+      });
+      app.use((error: unknown, _req: Request, res: Response, _next: NextFunction) => {
+        errors.push(error);
+        res.status(500).send(`error: ${messageOf(error)}`);
+      });
+      const server = http.createServer(app);
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const port = (server.address() as AddressInfo).port;
+      const started: App = {
+        port,
+        send: (headers = {}, how = {}) => send(port, how.method ?? route.method ?? 'GET', how.path ?? route.path ?? '/', headers),
+        hits: () => hits,
+        errors,
+        peek: (identifier, checkOptions) => middleware.limiter.peek(identifier, checkOptions),
+        close: () =>
+          new Promise<void>((resolve) => {
+            server.close(() => resolve());
+            server.closeAllConnections();
+          }),
+      };
+      open.add(started);
+      return started;
+    },
+  };
+}
+
+function fastifyFramework(name: string, where: 'plugin' | 'route'): Framework {
+  return {
+    name,
+    async start(options, setup) {
+      const { route = {} } = setup;
+      const adapter = setup.adapters?.fastify ?? fastifyAdapter;
+      const app: FastifyInstance = Fastify(setup.trustProxy === undefined ? {} : { trustProxy: setup.trustProxy });
+      const shared = { store: setup.store, clock: setup.clock };
+      let routeLimiter: Limiter | undefined;
+      if (where === 'plugin') {
+        await app.register(adapter.rateLimitPlugin, {
+          ...shared,
+          prefix: setup.prefix,
+          ...(options as fastifyAdapter.FastifyRateLimitOptions),
+        });
+      } else {
+        // The plugin's own settings (default limit and window, another prefix) must not be what the test sees.
+        await app.register(adapter.rateLimitPlugin, { ...shared, prefix: `${setup.prefix}-plugin` });
+        const fixed = (key: 'limit' | 'window' | 'limits') => (typeof options[key] === 'function' ? undefined : options[key]);
+        routeLimiter = createLimiter({
+          ...shared,
+          prefix: setup.prefix,
+          algorithm: options.algorithm,
+          limit: fixed('limit') as number | undefined,
+          window: fixed('window') as string | number | undefined,
+          limits: fixed('limits') as CheckOptions['limits'],
+          denyCacheSize: 0,
+        });
+      }
+      let hits = 0;
+      const errors: unknown[] = [];
+      app.setErrorHandler((error, _request, reply) => {
+        errors.push(error);
+        reply.code(500).send({ error: messageOf(error) });
+      });
+      app.route({
+        method: route.method ?? 'GET',
+        url: route.path ?? '/',
+        config: where === 'route' ? { rateLimit: { prefix: setup.prefix, ...(options as fastifyAdapter.RouteRateLimitOptions) } } : {},
+        handler: async (req, reply) => {
+          hits++;
+          const answer = await route.handle?.(req, reply.raw);
+          reply.code(answer?.status ?? 200);
+          return answer?.body ?? 'ok';
+        },
+      });
+      await app.listen({ port: 0, host: '127.0.0.1' });
+      const port = (app.server.address() as AddressInfo).port;
+      const limiter = routeLimiter ?? app.rateLimiter;
+      const started: App = {
+        port,
+        send: (headers = {}, how = {}) => send(port, how.method ?? route.method ?? 'GET', how.path ?? route.path ?? '/', headers),
+        hits: () => hits,
+        errors,
+        peek: (identifier, checkOptions) => limiter.peek(identifier, checkOptions),
+        close: () => app.close(),
+      };
+      open.add(started);
+      return started;
+    },
+  };
+}
+
+function send(port: number, method: 'GET' | 'POST', path: string, headers: Record<string, string>): Promise<request.Response> {
+  const agent = request(`http://127.0.0.1:${port}`);
+  return (method === 'POST' ? agent.post(path) : agent.get(path)).set(headers);
+}
+
+export const FRAMEWORKS: readonly Framework[] = [
+  expressFramework('Express 5', express5),
+  expressFramework('Express 4', express4),
+  fastifyFramework('Fastify plugin options', 'plugin'),
+  fastifyFramework('Fastify route config.rateLimit', 'route'),
+];
+
+/** The frameworks as `describe.each` rows: [name, framework]. */
+export const FRAMEWORK_ROWS: [string, Framework][] = FRAMEWORKS.map((framework) => [framework.name, framework]);
+
+/** The units counted for `identifier` (a peek of cost 0: counts nothing, never denied). */
+export async function counted(app: App, identifier: string, options: CheckOptions = {}): Promise<number> {
+  return (await app.peek(identifier, { ...options, cost: 0 })).estimated;
+}
+
+/**
+ * Waits, polling, until `read()` gives `want` (refunds happen after the response); fails
+ * with the last value read after `timeoutMs`. A bounded wait, not a fixed sleep.
+ */
+export async function eventually<T>(read: () => T | Promise<T>, want: T, timeoutMs = 2_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = await read();
+  while (last !== want && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    last = await read();
+  }
+  expect(last).toBe(want);
+}
+
+/**
+ * Collects unhandled rejections of the real process while `run` runs and a few turns of
+ * the event loop after. (Jest gives each test file a copy of `process` whose listeners
+ * never fire; `vm.runInThisContext` reaches the real one.)
+ */
+export async function unhandledRejectionsDuring(run: () => Promise<void>): Promise<unknown[]> {
+  const realProcess = runInThisContext('process') as NodeJS.Process;
+  const seen: unknown[] = [];
+  const listener = (reason: unknown) => {
+    seen.push(reason);
+  };
+  realProcess.on('unhandledRejection', listener);
+  process.on('unhandledRejection', listener);
+  try {
+    await run();
+    for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  } finally {
+    realProcess.off('unhandledRejection', listener);
+    process.off('unhandledRejection', listener);
+  }
+  return seen;
+}

@@ -1,0 +1,142 @@
+/**
+ * The `SWL_UNTRUSTED_FORWARDED` warning of `byIp()`: a request with `X-Forwarded-For` or
+ * `Forwarded` while the framework's `ip` is the socket's own peer (no Express `trust proxy`,
+ * no Fastify `trustProxy`) warns once per process; trusted proxies, `warnOnForwarded: false`
+ * and requests without those headers do not. The header itself is never read: with the
+ * proxy untrusted, every spoofed value counts against the socket's address. Through
+ * Express 5, Express 4, the Fastify plugin's options and a Fastify route's
+ * `config.rateLimit`, on RedisStore and MemoryStore.
+ *
+ * "Once per process" is a module-level flag, so every test loads the adapters afresh with
+ * `jest.isolateModules`: each starts with the flag unset, whatever ran before it.
+ */
+import type { Redis } from 'ioredis';
+import { MemoryStore, RedisStore, type Store } from '../../src';
+import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { closeApps, counted, FRAMEWORK_ROWS, type Framework, type Setup, type TestOptions } from './frameworks';
+
+let client: Redis;
+beforeAll(() => {
+  client = redisClient();
+});
+afterEach(() => closeApps());
+afterAll(() => client.quit());
+
+const STORES: [string, () => Store][] = [
+  ['RedisStore', () => new RedisStore({ client })],
+  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
+];
+
+type Adapters = NonNullable<Setup['adapters']>;
+
+/** The adapters (and the byIp they use) loaded anew: the once-per-process flag is unset in them. */
+function freshAdapters(): Adapters & { byIp: Adapters['express']['byIp'] } {
+  let loaded: (Adapters & { byIp: Adapters['express']['byIp'] }) | undefined;
+  jest.isolateModules(() => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const express = require('../../src/express') as Adapters['express'];
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const fastify = require('../../src/fastify') as Adapters['fastify'];
+    loaded = { express, fastify, byIp: express.byIp };
+  });
+  if (loaded === undefined) throw new Error('isolateModules did not run');
+  return loaded;
+}
+
+let emitWarning: jest.SpyInstance;
+beforeEach(() => {
+  emitWarning = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+});
+afterEach(() => {
+  emitWarning.mockRestore();
+});
+
+/** The SWL_UNTRUSTED_FORWARDED warnings emitted so far: their messages. */
+function forwardedWarnings(): string[] {
+  return emitWarning.mock.calls
+    .filter(([, options]) => (options as { code?: string } | undefined)?.code === 'SWL_UNTRUSTED_FORWARDED')
+    .map(([message]) => String(message));
+}
+
+const XFF = (ip: string) => ({ 'x-forwarded-for': ip });
+
+describe.each(STORES)('on %s', (_storeName, makeStore) => {
+  describe.each(FRAMEWORK_ROWS)('%s', (frameworkName, framework: Framework) => {
+    const fastify = frameworkName.startsWith('Fastify');
+    const start = (options: TestOptions, setup: Partial<Setup> = {}) =>
+      framework.start(
+        { limit: 2, window: '1m', ...options },
+        {
+          store: makeStore(),
+          clock: manualClock().now,
+          prefix: uniquePrefix('proxy'),
+          ...setup,
+          adapters: setup.adapters ?? freshAdapters(),
+        },
+      );
+
+    test(`untrusted proxy (${fastify ? 'trustProxy: false' : "no 'trust proxy'"}) + X-Forwarded-For: one warning naming the setting, once per process`, async () => {
+      const adapters = freshAdapters();
+      const app = await start({}, { adapters, trustProxy: fastify ? false : undefined });
+      expect((await app.send(XFF('203.0.113.9'))).status).toBe(200);
+      const warnings = forwardedWarnings();
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain("Express's 'trust proxy'");
+      expect(warnings[0]).toContain("Fastify's 'trustProxy'");
+      expect(warnings[0]).toContain('(127.0.0.1)');
+      expect(warnings[0]).toContain('warnOnForwarded: false');
+      // A second such request, and another limiter (another app) of the same process: no more.
+      expect((await app.send(XFF('203.0.113.10'))).status).toBe(200);
+      const other = await start({}, { adapters, trustProxy: fastify ? false : undefined });
+      expect((await other.send(XFF('203.0.113.11'))).status).toBe(200);
+      expect(forwardedWarnings()).toHaveLength(1);
+      expect(emitWarning).toHaveBeenCalledTimes(1);
+    });
+
+    test('the Forwarded header warns too', async () => {
+      const app = await start({});
+      expect((await app.send({ forwarded: 'for=203.0.113.9;proto=https' })).status).toBe(200);
+      expect(forwardedWarnings()).toHaveLength(1);
+    });
+
+    test(`trusted proxy (${fastify ? 'trustProxy: true' : "app.set('trust proxy', true)"}): no warning`, async () => {
+      const app = await start({}, { trustProxy: true });
+      expect((await app.send(XFF('203.0.113.9'))).status).toBe(200);
+      expect((await app.send(XFF('203.0.113.10'))).status).toBe(200);
+      expect(forwardedWarnings()).toEqual([]);
+    });
+
+    test('byIp({ warnOnForwarded: false }): no warning', async () => {
+      const adapters = freshAdapters();
+      const app = await start({ identify: adapters.byIp({ warnOnForwarded: false }) }, { adapters });
+      expect((await app.send(XFF('203.0.113.9'))).status).toBe(200);
+      expect((await app.send({ forwarded: 'for=203.0.113.9' })).status).toBe(200);
+      expect(forwardedWarnings()).toEqual([]);
+    });
+
+    test('no forwarded header: no warning', async () => {
+      const app = await start({});
+      expect((await app.send()).status).toBe(200);
+      expect((await app.send({ 'x-real-ip': '203.0.113.9' })).status).toBe(200);
+      expect(forwardedWarnings()).toEqual([]);
+    });
+
+    test('untrusted: the socket address is used, so spoofed X-Forwarded-For values share one quota', async () => {
+      const app = await start({});
+      const seen: number[] = [];
+      for (const ip of ['198.51.100.1', '198.51.100.2', '198.51.100.3']) seen.push((await app.send(XFF(ip))).status);
+      expect(seen).toEqual([200, 200, 429]);
+      expect(await counted(app, 'ip:127.0.0.1')).toBe(2);
+      expect(await counted(app, 'ip:198.51.100.1')).toBe(0);
+    });
+
+    test('trusted: each forwarded client has its own quota', async () => {
+      const app = await start({}, { trustProxy: true });
+      const seen: number[] = [];
+      for (const ip of ['198.51.100.1', '198.51.100.2', '198.51.100.3']) seen.push((await app.send(XFF(ip))).status);
+      expect(seen).toEqual([200, 200, 200]);
+      expect(await counted(app, 'ip:198.51.100.1')).toBe(1);
+      expect(await counted(app, 'ip:127.0.0.1')).toBe(0);
+    });
+  });
+});
