@@ -5,7 +5,7 @@ import { createHeaderWriter, type HeaderWriter } from '../headers';
 import { byIp, resolveIdentify } from '../identify';
 import { DEFAULT_COST, LIMITER_OPTIONS, resolveTiers, smallestLimit, validateCost } from '../options/limiter';
 import { describeValue, oneOf, optionalFunction } from '../options/validate';
-import type { LimiterOptions } from '../types';
+import type { Duration, LimiterOptions } from '../types';
 import {
   type Awaitable,
   DEFAULT_FAIL_MODE,
@@ -112,20 +112,33 @@ function requestTiers<Req, Res>(options: HttpOptions<Req, Res>): ((request: Req)
     throw new OptionError('SWL_CONFLICTING_OPTIONS', 'limits: give either limits or limit/window, not both');
   }
   if (typeof limits === 'function') {
-    return (request) => then(limits(request), (answer) => resolveTiers({ limits: answer }));
+    return (request) => then(limits(request), (answer) => resolveTiers({ limits: answered(answer, 'limits') }));
   }
   // Static parts are validated now, so a mistake there fails at construction.
   if (typeof limit !== 'function' || typeof window !== 'function') {
     resolveTiers({ limit: typeof limit === 'function' ? 1 : limit, window: typeof window === 'function' ? 1 : window });
   }
+  const tiersOf = (limitAnswer: number | undefined, windowAnswer: Duration | undefined): Tier[] =>
+    resolveTiers({
+      limit: typeof limit === 'function' ? answered(limitAnswer, 'limit') : limitAnswer,
+      window: typeof window === 'function' ? answered(windowAnswer, 'window') : windowAnswer,
+    });
   return (request) => {
     const limitAnswer = typeof limit === 'function' ? limit(request) : limit;
     const windowAnswer = typeof window === 'function' ? window(request) : window;
     if (isPromiseLike(limitAnswer) || isPromiseLike(windowAnswer)) {
-      return Promise.all([limitAnswer, windowAnswer]).then(([l, w]) => resolveTiers({ limit: l, window: w }));
+      return Promise.all([limitAnswer, windowAnswer]).then(([l, w]) => tiersOf(l, w));
     }
-    return resolveTiers({ limit: limitAnswer, window: windowAnswer });
+    return tiersOf(limitAnswer, windowAnswer);
   };
+}
+
+/** A function's answer for `option`: nothing is a bug in the app, not a request for the default. */
+function answered<T>(answer: T | undefined, option: string): T {
+  if (answer === undefined || answer === null) {
+    throw new OptionError('SWL_INVALID_LIMIT', `${option}: the function of the request answered ${describeValue(answer)}`);
+  }
+  return answer;
 }
 
 function resolveRefund<Req, Res>(
