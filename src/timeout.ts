@@ -7,6 +7,9 @@ interface Pending {
   readonly reject: (error: Error) => void;
 }
 
+/** What a dropped slot holds, so the queue keeps no settled call alive. */
+const DROPPED: Pending = { deadline: 0, settled: true, reject: () => undefined };
+
 /** Past this many dropped slots at the front, the queue is compacted. */
 const COMPACT_AFTER = 4096;
 
@@ -17,7 +20,7 @@ const COMPACT_AFTER = 4096;
  * order calls were sent, so settled calls leave from the front at once and die young.
  */
 export class Deadlines {
-  private queue: (Pending | undefined)[] = [];
+  private queue: Pending[] = [];
   /** Index of the oldest entry not dropped yet. */
   private head = 0;
   private timer: NodeJS.Timeout | undefined;
@@ -50,7 +53,7 @@ export class Deadlines {
   /** Drops settled calls from the front. */
   private dropSettled(): void {
     const { queue } = this;
-    while (this.head < queue.length && queue[this.head]!.settled) queue[this.head++] = undefined;
+    while (this.head < queue.length && queue[this.head].settled) queue[this.head++] = DROPPED;
     if (this.head === queue.length) {
       queue.length = 0;
       this.head = 0;
@@ -71,15 +74,15 @@ export class Deadlines {
     const now = Date.now();
     const { queue } = this;
     while (this.head < queue.length) {
-      const pending = queue[this.head]!;
+      const pending = queue[this.head];
       if (!pending.settled && pending.deadline > now) break;
-      queue[this.head++] = undefined;
+      queue[this.head++] = DROPPED;
       if (!pending.settled) {
         pending.settled = true;
         pending.reject(new RateLimitTimeoutError(`rate limit store did not answer within ${this.timeoutMs} ms`));
       }
     }
     this.dropSettled();
-    if (this.head < this.queue.length) this.arm(Math.max(1, this.queue[this.head]!.deadline - now));
+    if (this.head < this.queue.length) this.arm(Math.max(1, this.queue[this.head].deadline - now));
   }
 }
