@@ -57,8 +57,8 @@ const VARIANTS: readonly Variant[] = [
   },
   // The token bucket's key lives only until its bucket is full again: after one unit of 100 per
   // minute that is 600 ms, so most keys would expire during the run. A day-long window keeps them
-  // 14.4 minutes; the value has the same shape (the TAT in ms, base 36, 8 characters; window / limit
-  // is a whole number of ms in both cases, so no ':r' part).
+  // 14.4 minutes; the value has the same shape (the TAT in whole ms, decimal, 13 digits; window /
+  // limit is a whole number of ms in both cases, so no ':r' part).
   {
     algorithm: 'token-bucket',
     cost: 1,
@@ -195,20 +195,20 @@ const WHAT_IFS: readonly WhatIf[] = [
 
 /**
  * Alternative layouts for the token bucket, emulated with plain commands; `value` is what the
- * script stored for one request (its TAT in base 36, 8 characters).
+ * script stored for one request (its TAT in whole ms, in decimal).
  */
 const BUCKET_WHAT_IFS: readonly WhatIf[] = [
   {
-    name: 'same layout, the TAT as the script writes it (base 36), through `SET key value PX 864000` (checks the emulation against the script)',
+    name: 'same layout, the TAT as the script writes it (decimal ms), through `SET key value PX 864000` (checks the emulation against the script)',
     write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, value, 'PX', 864_000),
   },
   {
-    name: 'same layout, the TAT as a decimal integer of milliseconds (13 digits), which Redis stores as an integer-encoded string object',
-    write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, String(Number.parseInt(value, 36)), 'PX', 864_000),
+    name: 'same layout, the TAT in base 36 (8 characters), a short string instead of an integer',
+    write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, Number(value).toString(36), 'PX', 864_000),
   },
   {
     name: 'same layout, the TAT × limit + r as a decimal integer (keeps the fraction r; 15 digits at limit 100)',
-    write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, String(Number.parseInt(value, 36) * LIMIT), 'PX', 864_000),
+    write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, String(Number(value) * LIMIT), 'PX', 864_000),
   },
 ];
 
@@ -355,13 +355,12 @@ async function main(): Promise<void> {
         : bytes(bucket) === smallest
           ? `**not** the smallest: tied with ${smallestNames.join(' and ')} at ${smallest.toFixed(1)} bytes`
           : `**not** the smallest: ${bytes(bucket).toFixed(1)} bytes against ${smallest.toFixed(1)} for ${smallestNames.join(' and ')}`;
-    const saved = bucketWhatIfs[0].bytes - bucketWhatIfs[1].bytes;
-    const projected = bucket.perIdentifier - saved;
+    const saved = bucketWhatIfs[1].bytes - bucketWhatIfs[0].bytes;
     const sampleValue = bucket.sampleValue.replace(/"/g, '');
     lines.push('### The token bucket', '');
     lines.push(
-      `Per identifier, the token bucket is ${standing}. Its value \`${sampleValue}\` (${sampleValue.length} characters: the TAT in ms, base 36) is shorter than the sliding window's, ` +
-        'but both fit the same 32-byte embedded string, and the rest of the cost (key, dictionary entries, TTL) is the same for every string key. ' +
+      `Per identifier, the token bucket is ${standing}. Its value \`${sampleValue}\` (${sampleValue.length} digits: the TAT in whole ms, in decimal) ` +
+        'parses as an integer, which Redis keeps inside the value object itself, with no string allocation; the rest of the cost (key, dictionary entries, TTL) is the same for every string key. ' +
         'Alternative layouts, emulated with plain commands on the same identifiers; measurements of what a change would give, not of this package:',
       '',
     );
@@ -369,11 +368,9 @@ async function main(): Promise<void> {
     for (const whatIf of bucketWhatIfs) lines.push(`| ${whatIf.name} | ${whatIf.bytes.toFixed(1)} | ${whatIf.encoding} |`);
     lines.push('');
     lines.push(
-      'Reading: a string value that parses as a decimal integer is kept by Redis as an integer inside the 16-byte object itself, with no string allocation, ' +
-        `so a TAT stored in decimal would save ${saved.toFixed(1)} bytes per identifier: about ${projected.toFixed(1)}, ${projected < smallest - 0.05 ? 'the smallest of the four' : `still not below the ${smallest.toFixed(1)} of ${smallestNames.join(' and ')}`}. ` +
-        'That holds only while the value is one integer: several tiers, or a block marker, make it a string again. ' +
-        'A whole number of ms drops the fraction r the script keeps; ' +
-        "storing TAT × limit + r instead keeps it, but the script computes in Lua doubles, exact below 2^53: with today's epoch milliseconds (about 1.8 × 10^12) that allows limits up to about 5,000, so larger limits would need a TAT relative to a recent epoch.",
+      `Reading: the decimal integer saves ${saved.toFixed(1)} bytes per identifier against the same TAT as a short base-36 string. ` +
+        'That holds only while the value is one integer in whole milliseconds: several tiers, a block marker, or a fraction r (`window / limit` not a whole number of ms, the second token bucket row) make it a string again. ' +
+        "Storing TAT × limit + r would keep the fraction in one integer, but the script computes in Lua doubles, exact below 2^53: with today's epoch milliseconds (about 1.8 × 10^12) that allows limits up to about 5,000, and the longer number no longer fits the integer encoding's savings.",
       '',
     );
   }
