@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { createClient, createCluster } from 'redis';
-import type { RedisStoreClient } from '../../src';
+import { RedisStore, type RedisStoreClient } from '../../src';
 
 /** A client of the run's standalone server (see global-setup). Close it in afterAll. */
 export function redisClient(options: RedisOptions = {}): Redis {
@@ -121,4 +121,18 @@ export async function closeClient(client: StoreClient): Promise<void> {
     return;
   }
   (client as unknown as { destroy(): void }).destroy();
+}
+
+/**
+ * For suites that list the stores they run on: one `RedisStore` factory per client library
+ * (named `RedisStore (ioredis)`, `RedisStore (node-redis)`), over standalone clients opened in
+ * `beforeAll` and closed in `afterAll` of the calling file.
+ */
+export function redisStoresPerClient(): [string, () => RedisStore][] {
+  const clients = new Map<string, StoreClient>();
+  beforeAll(async () => {
+    for (const [name, kind] of REDIS_CLIENTS) clients.set(name, await kind.standalone());
+  });
+  afterAll(() => Promise.all([...clients.values()].map(closeClient)));
+  return REDIS_CLIENTS.map(([name]) => [`RedisStore (${name})`, () => new RedisStore({ client: clients.get(name)! })]);
 }
