@@ -118,9 +118,3 @@ test('with disableOfflineQueue, node-redis itself fails the check when the conne
     client.destroy();
   }
 });
-
-test('a client older than node-redis 5 (no withAbortSignal) is refused with SWL_INVALID_STORE', () => {
-  const legacy = { isOpen: true, isReady: true, sendCommand: () => Promise.resolve(), on: () => undefined };
-  expect(() => new RedisStore({ client: legacy as never })).toThrow(expect.objectContaining({ code: 'SWL_INVALID_STORE' }));
-  expect(() => new RedisStore({ client: legacy as never })).toThrow(/node-redis 5 or 6/);
-});
