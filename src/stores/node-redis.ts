@@ -10,10 +10,14 @@ import { StoreUnavailableError } from '../errors';
 import { ConnectionEpoch, watchConnections } from './node-redis-reconnect';
 import type { RedisClientAdapter } from './redis-client';
 
-/** The command options this package passes to node-redis. */
+/**
+ * The command options this package passes to node-redis: an `AbortSignal`, and an empty type
+ * mapping (replies as node-redis decodes them by default). Typed loosely, so the declarations
+ * need neither node-redis nor a DOM or Node.js `AbortSignal` type.
+ */
 export interface NodeRedisCommandOptions {
-  abortSignal?: AbortSignal;
-  typeMapping?: Record<string, never>;
+  abortSignal?: { readonly aborted: boolean };
+  typeMapping?: object;
 }
 
 /** The parts of a node-redis client (`createClient()`, node-redis 5 or 6) this package uses. */
@@ -21,7 +25,8 @@ export interface NodeRedisClient {
   readonly isOpen: boolean;
   readonly isReady: boolean;
   sendCommand(args: string[], options?: NodeRedisCommandOptions): Promise<unknown>;
-  withAbortSignal(signal: AbortSignal): unknown;
+  /** Not called: its presence tells node-redis 5 and 6 from older versions. */
+  withAbortSignal(signal: never): unknown;
   on(event: 'connect', listener: () => void): unknown;
 }
 
