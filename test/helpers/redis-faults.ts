@@ -42,7 +42,9 @@ export const CLIENT_CONFIGS: readonly [string, ClientConfig][] = [
 ];
 
 /** The recommended configuration of each library, for the tests that do not vary the client. */
-export const RECOMMENDED_CONFIGS: readonly [string, ClientConfig][] = CLIENT_CONFIGS.filter(([name]) => name.includes('recommended'));
+export const RECOMMENDED_CONFIGS: readonly [string, ClientConfig][] = CLIENT_CONFIGS.filter(([name, { library }]) =>
+  name.startsWith(`${library} recommended`),
+);
 
 /** A store client whose `error` events (expected while Redis is down) are counted, not printed. */
 export type FaultClient = RedisStoreClient & { errors: number; once(event: 'ready', listener: () => void): unknown };
