@@ -28,19 +28,21 @@
  */
 import { setMaxListeners } from 'node:events';
 
-/** The command options this package passes: the epoch's abort signal, and node-redis's default reply types. */
-export interface EpochOptions {
-  readonly abortSignal: AbortSignal;
-  readonly typeMapping: Record<string, never>;
-}
+/** The command options of a check: the adapter's own, and the epoch's abort signal. */
+export type EpochOptions<Base extends object> = Base & { readonly abortSignal: AbortSignal };
 
 /** The abort signal of the current connection epoch, renewed (and the old one aborted) on each new connection. */
-export class ConnectionEpoch {
+export class ConnectionEpoch<Base extends object> {
   private controller = new AbortController();
   /** One options object per epoch, so a check allocates none. */
-  private current: EpochOptions = this.optionsOf(this.controller);
+  private current: EpochOptions<Base>;
 
-  get options(): EpochOptions {
+  /** `base`: the other command options every check carries. */
+  constructor(private readonly base: Base) {
+    this.current = this.optionsOf(this.controller);
+  }
+
+  get options(): EpochOptions<Base> {
     return this.current;
   }
 
@@ -52,10 +54,10 @@ export class ConnectionEpoch {
     ended.abort();
   }
 
-  private optionsOf(controller: AbortController): EpochOptions {
+  private optionsOf(controller: AbortController): EpochOptions<Base> {
     // Every check in flight listens to this one signal: no listener-count warning.
     setMaxListeners(0, controller.signal);
-    return { abortSignal: controller.signal, typeMapping: {} };
+    return { ...this.base, abortSignal: controller.signal };
   }
 }
 
@@ -63,7 +65,7 @@ export class ConnectionEpoch {
 export function watchConnections(
   client: { on(event: string, listener: () => void): unknown },
   cluster: boolean,
-  epoch: ConnectionEpoch,
+  epoch: ConnectionEpoch<object>,
 ): void {
   client.on(cluster ? 'node-connect' : 'connect', () => epoch.renew());
 }

@@ -11,13 +11,15 @@ import { ConnectionEpoch, watchConnections } from './node-redis-reconnect';
 import type { RedisClientAdapter } from './redis-client';
 
 /**
- * The command options this package passes to node-redis: an `AbortSignal`, and an empty type
- * mapping (replies as node-redis decodes them by default). Typed loosely, so the declarations
- * need neither node-redis nor a DOM or Node.js `AbortSignal` type.
+ * The command options this package passes to node-redis: an `AbortSignal`, an empty type
+ * mapping (replies as node-redis decodes them by default) and, to a standalone client, a
+ * `timeout` of 0. Typed loosely, so the declarations need neither node-redis nor a DOM or
+ * Node.js `AbortSignal` type.
  */
 export interface NodeRedisCommandOptions {
   abortSignal?: { readonly aborted: boolean };
   typeMapping?: object;
+  timeout?: number;
 }
 
 /** The parts of a node-redis client (`createClient()`, node-redis 5 or 6) this package uses. */
@@ -44,13 +46,24 @@ type Send = (key: string, args: string[], options: NodeRedisCommandOptions) => P
 
 /** Per client, shared by every store on it. */
 interface ClientState {
+  /** The options of every command: {@link STANDALONE} or {@link CLUSTER}. */
+  readonly plain: NodeRedisCommandOptions;
   /** Undefined for a standalone client with `disableOfflineQueue: true`: node-redis queues nothing there. */
-  readonly epoch: ConnectionEpoch | undefined;
+  readonly epoch: ConnectionEpoch<NodeRedisCommandOptions> | undefined;
 }
 
 const states = new WeakMap<object, ClientState>();
-/** Replies as node-redis decodes them by default (integers as numbers), whatever type mapping the client has. */
-const PLAIN: NodeRedisCommandOptions = Object.freeze({ typeMapping: Object.freeze({}) as Record<string, never> });
+/**
+ * Replies as node-redis decodes them by default (integers as numbers), whatever type mapping
+ * the client has. And, on a standalone client, no per-command timer: node-redis 6 arms one
+ * (5 s by default) for every command, to drop a command still unwritten by then; it costs more
+ * CPU than the rest of a check's client-side work (measured: about 10 µs of 16), while the
+ * limiter's `timeoutMs` already bounds every check and the store never leaves a check queued
+ * across a reconnection. A cluster keeps its timer: a check routed to a node that is down waits
+ * in that node's queue (offline queue on), and the timer is what bounds that queue.
+ */
+const STANDALONE: NodeRedisCommandOptions = Object.freeze({ typeMapping: Object.freeze({}), timeout: 0 });
+const CLUSTER: NodeRedisCommandOptions = Object.freeze({ typeMapping: Object.freeze({}) });
 const shas = new WeakMap<Script<unknown>, string>();
 
 function candidate(client: unknown): Record<string, unknown> | undefined {
@@ -94,9 +107,10 @@ function stateOf(client: NodeRedisClient | NodeRedisCluster, cluster: boolean): 
   let state = states.get(client);
   if (state === undefined) {
     const options = cluster ? undefined : (client as { options?: { disableOfflineQueue?: boolean } }).options;
-    const epoch = options?.disableOfflineQueue === true ? undefined : new ConnectionEpoch();
+    const plain = cluster ? CLUSTER : STANDALONE;
+    const epoch = options?.disableOfflineQueue === true ? undefined : new ConnectionEpoch(plain);
     if (epoch !== undefined) watchConnections(client as { on(event: string, listener: () => void): unknown }, cluster, epoch);
-    state = { epoch };
+    state = { plain, epoch };
     states.set(client, state);
   }
   return state;
@@ -112,11 +126,11 @@ function isNoScript(error: unknown): boolean {
  */
 export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): RedisClientAdapter {
   const cluster = isNodeRedisCluster(client);
-  const { epoch } = stateOf(client, cluster);
+  const { plain, epoch } = stateOf(client, cluster);
   const send: Send = cluster
     ? (key, args, options) => (client as NodeRedisCluster).sendCommand(key, false, args, options)
     : (_key, args, options) => (client as NodeRedisClient).sendCommand(args, options);
-  const optionsNow = (): NodeRedisCommandOptions => (epoch === undefined ? PLAIN : epoch.options);
+  const optionsNow = (): NodeRedisCommandOptions => (epoch === undefined ? plain : epoch.options);
   return {
     // Never hand node-redis a check while it is not connected (before its first connection
     // too): it would queue it, to be counted when Redis comes back.
@@ -139,7 +153,7 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
         throw failure(error, options);
       });
     },
-    del: (key) => send(key, ['DEL', key], PLAIN),
+    del: (key) => send(key, ['DEL', key], plain),
   };
 }
 
