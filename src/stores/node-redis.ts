@@ -85,10 +85,14 @@ export function isNodeRedisClient(client: unknown): client is NodeRedisClient {
 /**
  * Why `client` cannot back a store, or `undefined`. node-redis 4 and older (and their legacy
  * mode) lack the `abortSignal` command option (`withAbortSignal` came with node-redis 5) that
- * keeps a failed check from being counted after a reconnection.
+ * keeps a failed check from being counted after a reconnection. A Sentinel client's
+ * `sendCommand` takes other arguments, and its reconnections were not studied.
  */
 export function unsupportedNodeRedis(client: NodeRedisClient | NodeRedisCluster): string | undefined {
   if (isNodeRedisCluster(client)) return undefined;
+  if (typeof (client as { getMasterNode?: unknown }).getMasterNode === 'function') {
+    return 'a node-redis Sentinel client (createSentinel) is not supported: use createClient() or createCluster()';
+  }
   return typeof client.withAbortSignal === 'function'
     ? undefined
     : 'a node-redis client older than version 5 (no withAbortSignal): use node-redis 5 or 6';
@@ -160,7 +164,7 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
 /** A check whose epoch ended was failed by `renew()` (or lost with its connection): say so with our error. */
 function failure(error: unknown, options: NodeRedisCommandOptions): unknown {
   if (options.abortSignal?.aborted) {
-    return new StoreUnavailableError('Redis connection lost before the check was written', { cause: error });
+    return new StoreUnavailableError('Redis connection lost before the check was answered', { cause: error });
   }
   return error;
 }

@@ -3,7 +3,7 @@
  * same whatever the client's protocol and type mapping, checks refused (not queued) while the
  * client is not connected, and clear errors for what it cannot take.
  */
-import { createClient, RESP_TYPES } from 'redis';
+import { createClient, createSentinel, RESP_TYPES } from 'redis';
 import { createLimiter, RedisStore, StoreUnavailableError } from '../../src';
 import { uniquePrefix } from '../helpers/redis';
 
@@ -48,6 +48,12 @@ test('a client older than node-redis 5 (no withAbortSignal) is refused with SWL_
   const legacy = { isOpen: true, isReady: true, sendCommand: () => Promise.resolve(), on: () => undefined };
   expect(() => new RedisStore({ client: legacy as never })).toThrow(expect.objectContaining({ code: 'SWL_INVALID_STORE' }));
   expect(() => new RedisStore({ client: legacy as never })).toThrow(/node-redis 5 or 6/);
+});
+
+test('a Sentinel client (createSentinel) is refused with SWL_INVALID_STORE', () => {
+  const sentinel = createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: 26379 }] });
+  expect(() => new RedisStore({ client: sentinel as never })).toThrow(expect.objectContaining({ code: 'SWL_INVALID_STORE' }));
+  expect(() => new RedisStore({ client: sentinel as never })).toThrow(/Sentinel/);
 });
 
 test('the store keeps the client it was given', () => {
