@@ -56,10 +56,10 @@ const states = new WeakMap<object, ClientState>();
 /**
  * Replies as node-redis decodes them by default (integers as numbers), whatever type mapping
  * the client has. And, on a standalone client, no per-command timer: node-redis 6 arms one
- * (5 s by default) for every command, to drop a command still unwritten by then; it costs more
- * CPU than the rest of a check's client-side work (measured: about 10 µs of 16), while the
- * limiter's `timeoutMs` already bounds every check and the store never leaves a check queued
- * across a reconnection. A cluster keeps its timer: a check routed to a node that is down waits
+ * (5 s by default) for every command, to drop a command still unwritten by then. It costs more
+ * CPU than everything else node-redis does for a command (bench/micro.ts: a GET took 12.4 µs
+ * with it, 1.6 µs without), while the limiter's `timeoutMs` already bounds every check and the
+ * store never leaves a check queued across a reconnection. A cluster keeps its timer: a check routed to a node that is down waits
  * in that node's queue (offline queue on), and the timer is what bounds that queue.
  */
 const STANDALONE: NodeRedisCommandOptions = Object.freeze({ typeMapping: Object.freeze({}), timeout: 0 });
