@@ -61,12 +61,17 @@ export function faultClient(url: string, config: ClientConfig): FaultClient {
   return client;
 }
 
-/** A node-redis cluster client of `startupNodes`, with `defaults` for its node clients; connected. */
+/** A node-redis cluster client of `startupNodes`, with `defaults` for its node clients and other `options`; connected. */
 export async function nodeRedisCluster(
   startupNodes: readonly { host: string; port: number }[],
   defaults: Record<string, unknown>,
+  options: Record<string, unknown> = {},
 ): Promise<RedisStoreClient> {
-  const cluster = createCluster({ rootNodes: startupNodes.map(({ host, port }) => ({ url: `redis://${host}:${port}` })), defaults });
+  const cluster = createCluster({
+    ...options,
+    rootNodes: startupNodes.map(({ host, port }) => ({ url: `redis://${host}:${port}` })),
+    defaults,
+  });
   cluster.on('error', () => undefined);
   await cluster.connect();
   return cluster;

@@ -1,4 +1,6 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { createClient, createCluster } from 'redis';
 import { RedisStore, type RedisStoreClient } from '../../src';
@@ -135,4 +137,17 @@ export function redisStoresPerClient(): [string, () => RedisStore][] {
   });
   afterAll(() => Promise.all([...clients.values()].map(closeClient)));
   return REDIS_CLIENTS.map(([name]) => [`RedisStore (${name})`, () => new RedisStore({ client: clients.get(name)! })]);
+}
+
+/** The major version of the node-redis (`redis`) package the tests load, found from its entry point (so a jest module mapping is honoured). */
+export function nodeRedisMajor(): number {
+  for (let dir = dirname(require.resolve('redis')); dir !== dirname(dir); dir = dirname(dir)) {
+    try {
+      const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name?: string; version: string };
+      if (manifest.name === 'redis') return Number(manifest.version.split('.')[0]);
+    } catch {
+      // no package.json here
+    }
+  }
+  throw new Error('no package.json of redis above its entry point');
 }

@@ -12,28 +12,15 @@
  * commands across a reconnection too, but only those held back by a full socket buffer, which
  * this test does not make): the tests say which version does what.
  */
-import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
 import { createClient, type RedisClientType } from 'redis';
 import { createLimiter, RedisStore, StoreUnavailableError } from '../../src';
 import { ALGORITHMS } from '../../src/algorithms';
 import { type RedisProcess, startRedis } from '../../support/redis-server';
+import { nodeRedisMajor } from '../helpers/redis';
 
 const VERIFIED_MAJOR_VERSIONS = [5, 6];
 
-/** The version of the `redis` package the tests load (found from its entry point, so a module mapping is honoured). */
-function installedVersion(): string {
-  for (let dir = dirname(require.resolve('redis')); dir !== dirname(dir); dir = dirname(dir)) {
-    try {
-      const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name?: string; version: string };
-      if (manifest.name === 'redis') return manifest.version;
-    } catch {
-      // not this directory
-    }
-  }
-  throw new Error('no package.json of redis above its entry point');
-}
-const MAJOR = Number(installedVersion().split('.')[0]);
+const MAJOR = nodeRedisMajor();
 /** node-redis 6 leaves the command in its queue at this moment; node-redis 5 writes it to the dying connection. */
 const QUEUED_AT_DROP = MAJOR >= 6;
 
