@@ -21,10 +21,11 @@
  * way needs no signal, and gets none. A cluster's node clients are not visible from here, and a
  * check can wait for a node's first connection even then, so cluster checks always carry it.
  *
- * Verified on node-redis 5 and 6 (a test pins the installed major version and this behaviour,
- * and fails on an upgrade that changes it). node-redis 5 emits `node-connect` only for a node
- * client's first connection: there, a cluster's later reconnections are protected by
- * `defaults: { disableOfflineQueue: true }` alone (see the README).
+ * Verified on node-redis 6.3 and 5.12 (a test pins the installed major version and this
+ * behaviour, and fails on an upgrade that changes it). node-redis 5 emits `node-connect` at
+ * most for a node client's first connection (5.12 does, 5.0 does not): there, a cluster's
+ * reconnections are protected by `defaults: { disableOfflineQueue: true }` alone (see the
+ * README).
  */
 import { setMaxListeners } from 'node:events';
 
