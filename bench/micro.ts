@@ -2,9 +2,11 @@
  * CPU cost of one check in this process, without HTTP: `npx ts-node --transpile-only bench/micro.ts`.
  *
  * Starts its own redis-server and measures CPU microseconds (user + system of this process)
- * per operation for: a plain ioredis GET, `RedisStore.check`, `Limiter.check`, the adapters'
- * shared `HttpLimiter.handle` with header writing, and a denial answered from the deny
- * cache; each with an ioredis client with and without auto-pipelining. 64 checks are kept in
+ * per operation for: a plain GET of the client, `RedisStore.check`, `Limiter.check`, the
+ * adapters' shared `HttpLimiter.handle` with header writing, and a denial answered from the
+ * deny cache; each with an ioredis client with and without auto-pipelining, and a node-redis
+ * client (`disableOfflineQueue: true`), whose GET is also measured without node-redis 6's
+ * per-command timer (`timeout: 0`, as the store sends its checks). 64 checks are kept in
  * flight, as 64 HTTP connections would. Each figure is the lowest of 7 repetitions, which
  * load from other processes disturbs least. Run through ts-node, it compiles itself and runs
  * as plain JavaScript in a child process (ts-node turns on `domain`, which slows EventEmitters).
@@ -12,10 +14,11 @@
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import Redis from 'ioredis';
+import { createClient } from 'redis';
 import { ALGORITHMS } from '../src/algorithms';
 import { HttpLimiter, type HttpPort } from '../src/http/handler';
 import { createLimiter } from '../src/limiter';
-import { RedisStore } from '../src/stores/redis';
+import { RedisStore, type RedisStoreClient } from '../src/stores/redis';
 import { startRedis } from '../support/redis-server';
 
 const OPERATIONS = Number(process.env.BENCH_OPERATIONS ?? 50_000);
@@ -41,24 +44,54 @@ async function cpuPerOperation(operation: () => unknown, count: number, inFlight
   return Math.min(...results);
 }
 
-async function main(): Promise<void> {
-  const redis = await startRedis();
-  const keepAlive = setInterval(() => undefined, 1000);
-  const rows: [string, number, number][] = [];
-  try {
-    const measured: Record<string, number>[] = [];
-    for (const enableAutoPipelining of [true, false]) {
+/** A client under test, and its plain GET (`bare`: node-redis without its per-command timer). */
+interface Measured {
+  readonly client: RedisStoreClient;
+  get(key: string): Promise<unknown>;
+  bareGet?(key: string): Promise<unknown>;
+  close(): void;
+}
+
+const CLIENTS: readonly { name: string; connect(port: number): Promise<Measured> }[] = [true, false]
+  .map((enableAutoPipelining) => ({
+    name: `ioredis, auto-pipelining ${enableAutoPipelining ? 'on' : 'off'}`,
+    async connect(port: number): Promise<Measured> {
       const client = new Redis({
         host: '127.0.0.1',
-        port: redis.port,
+        port,
         enableAutoPipelining,
         enableOfflineQueue: false,
         maxRetriesPerRequest: 1,
         lazyConnect: true,
       });
       await client.connect();
+      return { client, get: (key) => client.get(key), close: () => client.disconnect() };
+    },
+  }))
+  .concat({
+    name: 'node-redis',
+    async connect(port: number): Promise<Measured> {
+      const client = createClient({ socket: { host: '127.0.0.1', port }, disableOfflineQueue: true });
+      await client.connect();
+      return {
+        client,
+        get: (key) => client.get(key),
+        bareGet: (key) => client.sendCommand(['GET', key], { timeout: 0 }),
+        close: () => client.destroy(),
+      };
+    },
+  });
+
+async function main(): Promise<void> {
+  const redis = await startRedis();
+  const keepAlive = setInterval(() => undefined, 1000);
+  const rows: [string, ...(number | undefined)[]][] = [];
+  try {
+    const measured: Record<string, number>[] = [];
+    for (const [index, kind] of CLIENTS.entries()) {
+      const { client, get, bareGet, close } = await kind.connect(redis.port);
       const store = new RedisStore({ client });
-      const run = `${enableAutoPipelining ? 'ap' : 'plain'}${Date.now()}`;
+      const run = `c${index}-${Date.now()}`;
       const limiter = createLimiter({ store, limit: 1e9, window: '1m', prefix: `${run}-limiter` });
       const identify = (request: { headers: Record<string, string> }): string => request.headers['x-id'];
       const headers: Record<string, string> = {};
@@ -83,7 +116,8 @@ async function main(): Promise<void> {
       await http(deny)();
       await http(deny)();
       const figures: Record<string, number> = {};
-      figures['ioredis GET'] = await cpuPerOperation(() => client.get(`${run}-get`), OPERATIONS, IN_FLIGHT);
+      figures['client GET'] = await cpuPerOperation(() => get(`${run}-get`), OPERATIONS, IN_FLIGHT);
+      if (bareGet) figures['client GET, no per-command timer'] = await cpuPerOperation(() => bareGet(`${run}-get`), OPERATIONS, IN_FLIGHT);
       figures['RedisStore.check'] = await cpuPerOperation(
         () => store.check(ALGORITHMS['sliding-window'], `${run}-store:user:1`, check),
         OPERATIONS,
@@ -93,9 +127,10 @@ async function main(): Promise<void> {
       figures['HttpLimiter.handle + headers, allowed'] = await cpuPerOperation(http(allow), OPERATIONS, IN_FLIGHT);
       figures['HttpLimiter.handle + headers, denied from the deny cache'] = await cpuPerOperation(http(deny), OPERATIONS * 4, 1);
       measured.push(figures);
-      client.disconnect();
+      close();
     }
-    for (const name of Object.keys(measured[0])) rows.push([name, measured[0][name], measured[1][name]]);
+    const names = [...new Set(measured.flatMap((figures) => Object.keys(figures)))];
+    for (const name of names) rows.push([name, ...measured.map((figures) => figures[name])]);
   } finally {
     await redis.stop();
     clearInterval(keepAlive);
@@ -103,9 +138,11 @@ async function main(): Promise<void> {
   const lines = [
     `CPU µs per operation (lowest of ${REPETITIONS} repetitions of ${OPERATIONS.toLocaleString('en-US')}, ${IN_FLIGHT} in flight; node ${process.version})`,
     '',
-    '| operation | auto-pipelining on | off |',
-    '| --- | ---: | ---: |',
-    ...rows.map(([name, on, off]) => `| ${name} | ${on.toFixed(2)} | ${off.toFixed(2)} |`),
+    `| operation | ${CLIENTS.map((kind) => kind.name).join(' | ')} |`,
+    `| --- |${CLIENTS.map(() => ' ---: |').join('')}`,
+    ...rows.map(
+      ([name, ...figures]) => `| ${name} | ${figures.map((figure) => (figure === undefined ? '' : figure.toFixed(2))).join(' | ')} |`,
+    ),
   ];
   process.stdout.write(`${lines.join('\n')}\n`);
 }

@@ -53,21 +53,22 @@ const WINDOW_MS = 60_000;
 const IDS = 100_000;
 
 type Framework = 'express' | 'fastify';
-type LimiterName = 'bare' | 'floor' | 'swl' | 'swlap' | 'erl' | 'rlf' | 'frl';
+type LimiterName = 'bare' | 'floor' | 'swl' | 'swlap' | 'swlnr' | 'erl' | 'rlf' | 'frl';
 
 const LIMITER_LABELS: Record<LimiterName, string> = {
   bare: 'bare (no limiter)',
   floor: 'floor: no limiter, every request answered with the same 429 as this package (headers + JSON body)',
   swl: '**sliding-window-limiter** (this package)',
   swlap: 'sliding-window-limiter, client with auto-pipelining',
+  swlnr: 'sliding-window-limiter over node-redis (the `redis` package)',
   erl: 'express-rate-limit + rate-limit-redis',
   rlf: 'rate-limiter-flexible (RateLimiterRedis, middleware in bench/server.ts)',
   frl: '@fastify/rate-limit (redis)',
 };
 
 const CONFIGS: readonly { framework: Framework; limiters: readonly LimiterName[] }[] = [
-  { framework: 'express', limiters: ['bare', 'floor', 'swl', 'swlap', 'erl', 'rlf'] },
-  { framework: 'fastify', limiters: ['bare', 'floor', 'swl', 'swlap', 'frl', 'rlf'] },
+  { framework: 'express', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'erl', 'rlf'] },
+  { framework: 'fastify', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'frl', 'rlf'] },
 ];
 
 interface Scenario {
@@ -331,7 +332,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
   lines.push(`| redis | redis-server ${meta.redisVersion}, loopback, no persistence, started by the bench |`);
   lines.push(`| frameworks | express ${version('express')}, fastify ${version('fastify')} |`);
   lines.push(
-    `| libraries | ioredis ${version('ioredis')}, express-rate-limit ${version('express-rate-limit')}, rate-limit-redis ${version('rate-limit-redis')}, rate-limiter-flexible ${version('rate-limiter-flexible')}, @fastify/rate-limit ${version('@fastify/rate-limit')} |`,
+    `| libraries | ioredis ${version('ioredis')}, node-redis (\`redis\`) ${version('redis')}, express-rate-limit ${version('express-rate-limit')}, rate-limit-redis ${version('rate-limit-redis')}, rate-limiter-flexible ${version('rate-limiter-flexible')}, @fastify/rate-limit ${version('@fastify/rate-limit')} |`,
   );
   lines.push(
     `| load generator | wrk ${wrkVersion()}, a separate C process (not in the server's event loop): \`${wrkLine}\`; before a cell's first round, ${WARMUP} s of unmeasured warm-up load. (b): each request's \`x-id\` drawn at random from ${IDS.toLocaleString('en-US')} ids by a Lua \`request()\`; (c): a Lua \`response()\` counts the statuses, in every cell of (c), bare included |`,
@@ -347,7 +348,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     `| same for all | route \`GET /\` answering \`ok\` (text); identifier: the \`x-id\` request header, for every limiter; limit ${HIGH_LIMIT.toLocaleString('en-US')} per ${WINDOW_MS / 1000} s in (a) and (b) (never reached), ${LOW_LIMIT} per ${WINDOW_MS / 1000} s in (c); each limiter sends its default (legacy \`X-RateLimit-*\`) headers |`,
   );
   lines.push(
-    `| Redis clients | this package: ioredis \`{ enableOfflineQueue: false, maxRetriesPerRequest: 1 }\` (the README's recommendation, auto-pipelining off), and the same with \`enableAutoPipelining: true\` in the "with auto-pipelining" rows; peers: ${PEER_CLIENT === 'same' ? 'the same options as this package' : 'a default ioredis client, as their READMEs show (no auto-pipelining)'} |`,
+    `| Redis clients | this package: ioredis \`{ enableOfflineQueue: false, maxRetriesPerRequest: 1 }\` (the README's recommendation, auto-pipelining off), and the same with \`enableAutoPipelining: true\` in the "with auto-pipelining" rows; node-redis \`createClient({ disableOfflineQueue: true })\` (the README's recommendation) in the "over node-redis" rows; peers: ${PEER_CLIENT === 'same' ? 'the same options as this package' : 'a default ioredis client, as their READMEs show (no auto-pipelining)'} |`,
   );
   lines.push('');
   if (loaded) {
@@ -379,8 +380,8 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
   }
   lines.push('## Targets (this package, ratio to the bare framework)', '');
   lines.push(
-    'Measured = requests/s ratio of the table above (client as the README recommends, without auto-pipelining). ' +
-      "Also: the same ratio with auto-pipelining, and, for reading through noise, the CPU ratio = bare server CPU µs per request ÷ the limited server's " +
+    'Measured = requests/s ratio of the table above (ioredis client as the README recommends, without auto-pipelining). ' +
+      "Also: the same ratio over node-redis (client as the README recommends) and with auto-pipelining, and, for reading through noise, the CPU ratio = bare server CPU µs per request ÷ the limited server's " +
       "(the throughput ratio a CPU-bound server would show; it leaves out redis-server's own CPU).",
     '',
   );
@@ -390,15 +391,15 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     '',
   );
   lines.push(
-    '| framework | scenario | target | measured | | with auto-pipelining | CPU ratio | CPU ratio with auto-pipelining | floor ratio | this package, of floor |',
-    '| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |',
+    '| framework | scenario | target | measured | | over node-redis | with auto-pipelining | CPU ratio | CPU ratio over node-redis | CPU ratio with auto-pipelining | floor ratio | this package, of floor |',
+    '| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   );
   const fmt = (n: number | undefined): string => (n === undefined ? '' : n.toFixed(2));
   for (const target of TARGETS) {
     const ratio = ratioOf(cells, target.framework, 'swl', target.scenario);
     if (ratio === undefined) continue;
     lines.push(
-      `| ${target.framework} | (${target.scenario}) | ≥ ${target.min.toFixed(2)} | ${ratio.toFixed(2)} | ${ratio >= target.min ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, target.framework, 'swlap', target.scenario))} | ${fmt(cpuRatioOf(cells, target.framework, 'swl', target.scenario))} | ${fmt(cpuRatioOf(cells, target.framework, 'swlap', target.scenario))} | ${fmt(ratioOf(cells, target.framework, 'floor', target.scenario))} | ${fmt(ratioBetween(cells, target.framework, 'swl', 'floor', target.scenario))} |`,
+      `| ${target.framework} | (${target.scenario}) | ≥ ${target.min.toFixed(2)} | ${ratio.toFixed(2)} | ${ratio >= target.min ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, target.framework, 'swlnr', target.scenario))} | ${fmt(ratioOf(cells, target.framework, 'swlap', target.scenario))} | ${fmt(cpuRatioOf(cells, target.framework, 'swl', target.scenario))} | ${fmt(cpuRatioOf(cells, target.framework, 'swlnr', target.scenario))} | ${fmt(cpuRatioOf(cells, target.framework, 'swlap', target.scenario))} | ${fmt(ratioOf(cells, target.framework, 'floor', target.scenario))} | ${fmt(ratioBetween(cells, target.framework, 'swl', 'floor', target.scenario))} |`,
     );
   }
   lines.push('');

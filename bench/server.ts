@@ -5,6 +5,7 @@
  * Configured by environment:
  * - BENCH_FRAMEWORK: `express` | `fastify`
  * - BENCH_LIMITER:   `bare` | `swl` (this package) | `swlap` (this package, client with auto-pipelining)
+ *                    | `swlnr` (this package over node-redis, the `redis` package, as the README recommends it)
  *                    | `floor` (no limiter: a hook that answers every request with the 429 this package sends) | `erl` (express-rate-limit + rate-limit-redis)
  *                    | `rlf` (rate-limiter-flexible RateLimiterRedis) | `frl` (@fastify/rate-limit)
  * - BENCH_LIMIT, BENCH_WINDOW_MS: the same limit for every limiter
@@ -16,6 +17,8 @@
  * text. Prints `READY <port>` on stdout once Redis is connected and the server listens.
  */
 import Redis, { type RedisOptions } from 'ioredis';
+import { createClient } from 'redis';
+import type { RedisStoreClient } from '../src';
 
 const framework = process.env.BENCH_FRAMEWORK ?? 'express';
 const limiterName = process.env.BENCH_LIMITER ?? 'bare';
@@ -37,6 +40,18 @@ async function connect(options: RedisOptions): Promise<Redis> {
   const client = new Redis({ host: '127.0.0.1', port: redisPort, lazyConnect: true, ...options });
   await client.connect();
   return client;
+}
+
+/** This package's client for limiter `swl`, `swlap` or `swlnr`. */
+async function storeClient(): Promise<RedisStoreClient> {
+  if (limiterName === 'swlnr') {
+    // The node-redis client the README recommends for the limiter.
+    const client = createClient({ socket: { host: '127.0.0.1', port: redisPort }, disableOfflineQueue: true });
+    client.on('error', (error: Error) => process.stderr.write(`node-redis: ${error.message}\n`));
+    await client.connect();
+    return client;
+  }
+  return connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITH_AUTOPIPELINING);
 }
 
 function peerOptions(): RedisOptions {
@@ -79,9 +94,10 @@ async function express(): Promise<(port: number) => Promise<number>> {
     case 'bare':
       break;
     case 'swl':
-    case 'swlap': {
+    case 'swlap':
+    case 'swlnr': {
       const { rateLimit, RedisStore } = await import('../src/express');
-      const client = await connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITH_AUTOPIPELINING);
+      const client = await storeClient();
       app.use(
         rateLimit({ store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) }),
       );
@@ -151,9 +167,10 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
     case 'bare':
       break;
     case 'swl':
-    case 'swlap': {
+    case 'swlap':
+    case 'swlnr': {
       const { rateLimitPlugin, RedisStore } = await import('../src/fastify');
-      const client = await connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITH_AUTOPIPELINING);
+      const client = await storeClient();
       await app.register(rateLimitPlugin, {
         store: new RedisStore({ client }),
         limit,

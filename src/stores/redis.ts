@@ -3,38 +3,55 @@ import type { AlgorithmScripts, RawReply, Script } from '../algorithms/types';
 import { OptionError, StoreUnavailableError } from '../errors';
 import { checkOptions, keysOf } from '../options/validate';
 import { type IoredisClient, ioredisAdapter, isIoredisClient } from './ioredis';
+import {
+  isNodeRedisClient,
+  isNodeRedisCluster,
+  type NodeRedisClient,
+  type NodeRedisCluster,
+  nodeRedisAdapter,
+  unsupportedNodeRedis,
+} from './node-redis';
 import type { RedisClientAdapter } from './redis-client';
 import type { Store, StoreCheck, StoreRefund } from './types';
+
+/** A Redis client a {@link RedisStore} runs on: ioredis (or an API-compatible fork) or node-redis. */
+export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster;
 
 /** Options of {@link RedisStore}. */
 export interface RedisStoreOptions {
   /**
-   * An ioredis `Redis` or `Cluster` instance, dedicated or shared. For a limiter that
-   * stays fast while Redis is down, create it with `enableOfflineQueue: false` and
-   * `maxRetriesPerRequest: 1` (see the README, "Redis outages").
+   * A connected Redis client, dedicated or shared:
+   *
+   * - an ioredis `Redis` or `Cluster` (or an API-compatible fork such as iovalkey); for a
+   *   limiter that stays fast while Redis is down, create it with `enableOfflineQueue: false`
+   *   and `maxRetriesPerRequest: 1`;
+   * - a node-redis (`redis` 5 or 6) client from `createClient()` or cluster from
+   *   `createCluster()`, connected (`await client.connect()`); create it with
+   *   `disableOfflineQueue: true` (a cluster: `defaults: { disableOfflineQueue: true }`).
+   *
+   * See the README, "Redis outages".
    */
-  client: IoredisClient;
+  client: RedisStoreClient;
 }
 
 const OPTIONS = keysOf<RedisStoreOptions>({ client: true });
 
 /**
- * Keeps rate-limit state in Redis (standalone or Cluster). Each check is one `EVALSHA`
- * of the algorithm's script, falling back to `EVAL` when Redis answers `NOSCRIPT` (after a
- * restart or `SCRIPT FLUSH`). Each identifier is one key, so every check touches a single
+ * Keeps rate-limit state in Redis (standalone or Cluster), through ioredis or node-redis. Each
+ * check is one `EVALSHA` of the algorithm's script, falling back to `EVAL` when Redis answers
+ * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`). Each identifier is one key, so every check touches a single
  * Cluster slot.
  */
 export class RedisStore implements Store {
-  readonly client: IoredisClient;
+  readonly client: RedisStoreClient;
   readonly needsTimeout = true;
   private readonly redis: RedisClientAdapter;
 
   constructor(options: RedisStoreOptions) {
     checkOptions(options, OPTIONS, 'RedisStore');
     const { client } = options;
-    if (!isIoredisClient(client)) throw new OptionError('SWL_INVALID_STORE', 'client: must be an ioredis Redis or Cluster instance');
     this.client = client;
-    this.redis = ioredisAdapter(client);
+    this.redis = adapterFor(client);
   }
 
   check(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, blockFor, tiers }: StoreCheck): Promise<RawReply> {
@@ -54,4 +71,17 @@ export class RedisStore implements Store {
   reset(key: string): Promise<void> {
     return this.redis.del(key).then(() => undefined);
   }
+}
+
+function adapterFor(client: unknown): RedisClientAdapter {
+  if (isIoredisClient(client)) return ioredisAdapter(client);
+  if (isNodeRedisCluster(client) || isNodeRedisClient(client)) {
+    const unsupported = unsupportedNodeRedis(client);
+    if (unsupported !== undefined) throw new OptionError('SWL_INVALID_STORE', `client: ${unsupported}`);
+    return nodeRedisAdapter(client);
+  }
+  throw new OptionError(
+    'SWL_INVALID_STORE',
+    'client: must be an ioredis Redis or Cluster, or a node-redis client (createClient) or cluster (createCluster)',
+  );
 }

@@ -9,10 +9,13 @@
  * So each Redis check runs in a MULTI with PTTL (checked against the expiry the
  * algorithm promises) and PERSIST, leaving expiry to the logic, which ignores stale
  * state by window index / score anyway.
+ *
+ * The RedisStore runs on ioredis and on node-redis; the raw Lua comparison uses ioredis.
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { Redis } from 'ioredis';
-import { createLimiter, type Decision, MemoryStore, RedisStore } from '../../src';
+import { createClient, type RedisClientType } from 'redis';
+import { createLimiter, type Decision, MemoryStore, RedisStore, type RedisStoreClient } from '../../src';
 import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../src/algorithms';
 import { readCounters, scriptArgv } from '../../src/algorithms/prelude';
 import type { AlgorithmName, MemoryResult, Tier } from '../../src/algorithms/types';
@@ -20,10 +23,16 @@ import { mulberry32 as seeded } from '../../support/random';
 import { redisClient, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;
-beforeAll(() => {
+let nodeRedis: RedisClientType;
+beforeAll(async () => {
   client = redisClient();
+  nodeRedis = createClient({ url: process.env.REDIS_URL });
+  await nodeRedis.connect();
 });
-afterAll(() => client.quit());
+afterAll(async () => {
+  client.disconnect();
+  nodeRedis.destroy();
+});
 
 const WINDOWS = [1, 7, 100, 250, 1_000, 1_500, 10_000, 60_000];
 const IDENTIFIERS = ['alice', 'bob', 'carol', 'dave'];
@@ -97,126 +106,163 @@ function persistingClient(redis: Redis, ttl: { last: number | undefined }): Redi
   });
 }
 
+/**
+ * The same for node-redis: its `sendCommand` of a script (EVALSHA, or EVAL after NOSCRIPT) is
+ * sent as `MULTI; <script>; PTTL key; PERSIST key; EXEC`. A script's error (NOSCRIPT) is thrown
+ * as node-redis would throw it outside a MULTI, so the store's fallback to EVAL runs as usual.
+ */
+function persistingNodeRedis(redis: RedisClientType, ttl: { last: number | undefined }): RedisClientType {
+  return new Proxy(redis, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target) as unknown;
+      if (property === 'sendCommand') {
+        return async (args: string[], options?: object) => {
+          if (args[0] !== 'EVALSHA' && args[0] !== 'EVAL') return target.sendCommand(args, options);
+          const key = args[3];
+          let results: unknown[];
+          try {
+            results = await target.multi().addCommand(args).pTTL(key).persist(key).exec();
+          } catch (error) {
+            const { replies, errorIndexes } = error as { replies?: unknown[]; errorIndexes?: number[] };
+            if (replies === undefined || errorIndexes === undefined) throw error;
+            throw replies[errorIndexes[0]];
+          }
+          ttl.last = results[1] as number;
+          return results[0];
+        };
+      }
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
-describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (algorithm) => {
-  test('seeded random sequence of checks and peeks over random tier configurations', async () => {
-    const seed = 0x5eed + ALGORITHMS.indexOf(algorithm);
-    const random = seeded(seed);
-    const counts = { steps: 0, allowed: 0, denied: 0, peeks: 0, multiTier: 0, writes: 0, resets: 0, refunds: 0, ownLimits: 0, blocks: 0 };
-    const ttl: { last: number | undefined } = { last: undefined };
-    const redisClientWithTtl = persistingClient(client, ttl);
-    for (let config = 0; config < 12; config++) {
-      const tiers = randomTiers(random, algorithm);
-      // Start near a window boundary for some configurations and at small epoch values for others
-      // (where now - window is negative).
-      let now = config % 4 === 0 ? Math.floor(random() * 50) : 1_700_000_000_000 + Math.floor(random() * 100_000);
-      const clock = () => now;
-      const redisStore = new RedisStore({ client: redisClientWithTtl });
-      // A third of the configurations block denied identifiers (blockFor).
-      const blockFor = config % 3 === 2 ? 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window))) : 0;
-      const common = { limits: tiers, algorithm, clock, denyCacheSize: 0, blockFor } as const;
-      const prefix = uniquePrefix('diff');
-      const onRedis = createLimiter({ ...common, store: redisStore, prefix });
-      const inMemory = createLimiter({ ...common, store: new MemoryStore({ sweepIntervalMs: 0 }), prefix });
-      const history: string[] = [];
-      const countedBy = new Map<string, Decision[]>();
-      const expiry = new Map<string, number>();
-      const blockedUntil = new Map<string, number>();
-      for (let step = 0; step < 300; step++) {
-        now = nextTime(now, tiers, random);
-        const id = IDENTIFIERS[Math.floor(random() * IDENTIFIERS.length)];
-        // Keys are persisted in Redis (see persistingClient); expire them on the virtual clock, as
-        // the MemoryStore does, so a key written with short windows is gone for both alike.
-        if ((expiry.get(id) ?? Infinity) <= now) {
-          await client.del(onRedis.keyFor(id));
-          expiry.delete(id);
-        }
-        if (random() < 0.01) {
-          history.push(`${now} reset ${id}`);
-          await Promise.all([onRedis.reset(id), inMemory.reset(id)]);
-          expiry.delete(id);
-          blockedUntil.delete(id);
-          counts.resets++;
-          continue;
-        }
-        const counted = countedBy.get(id) ?? [];
-        if (counted.length > 0 && random() < 0.08) {
-          // Refund a decision of this identifier counted earlier: the latest, or an older one
-          // whose window may have rolled since.
-          const [decision] = counted.splice(Math.floor(random() * counted.length), 1);
-          history.push(`${now} refund ${id} counted at ${decision.now} cost ${decision.cost}`);
-          await Promise.all([onRedis.refund(id, decision), inMemory.refund(id, decision)]);
-          counts.refunds++;
-          continue;
-        }
-        const peek = random() < 0.2;
-        // Sometimes this call brings its own limits: the plan changed (same windows, other limits),
-        // or a window changed.
-        const r = random();
-        const callTiers =
-          r < 0.08
-            ? tiers.map((tier) => ({ ...tier, limit: 1 + Math.floor(random() * 30) }))
-            : r < 0.1
-              ? randomTiers(random, algorithm)
-              : tiers;
-        const cost = randomCost(random, callTiers);
-        history.push(
-          `${now} ${peek ? 'peek' : 'check'} ${id} cost ${cost}${callTiers === tiers ? '' : ` limits ${JSON.stringify(callTiers)}`}`,
-        );
-        ttl.last = undefined;
-        const method = peek ? 'peek' : 'check';
-        const options = callTiers === tiers ? { cost } : { cost, limits: callTiers };
-        if (callTiers !== tiers) counts.ownLimits++;
-        const fromRedis: Decision = await onRedis[method](id, options);
-        const fromMemory: Decision = await inMemory[method](id, options);
-        if (fromRedis.counted) countedBy.set(id, [...counted.slice(-5), fromRedis]);
-        if (!isDeepStrictEqual(fromRedis, fromMemory)) {
-          throw new Error(
-            `seed ${seed}, config ${JSON.stringify(tiers)}, step ${step}: decisions differ\n` +
-              `last steps:\n  ${history.slice(-12).join('\n  ')}\n` +
-              `redis:  ${JSON.stringify(fromRedis)}\nmemory: ${JSON.stringify(fromMemory)}`,
+const STORE_CLIENTS: [string, (ttl: { last: number | undefined }) => RedisStoreClient][] = [
+  ['ioredis', (ttl) => persistingClient(client, ttl)],
+  ['node-redis', (ttl) => persistingNodeRedis(nodeRedis, ttl)],
+];
+
+describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
+  describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (algorithm) => {
+    test('seeded random sequence of checks and peeks over random tier configurations', async () => {
+      const seed = 0x5eed + ALGORITHMS.indexOf(algorithm);
+      const random = seeded(seed);
+      const counts = { steps: 0, allowed: 0, denied: 0, peeks: 0, multiTier: 0, writes: 0, resets: 0, refunds: 0, ownLimits: 0, blocks: 0 };
+      const ttl: { last: number | undefined } = { last: undefined };
+      const redisClientWithTtl = persisting(ttl);
+      for (let config = 0; config < 12; config++) {
+        const tiers = randomTiers(random, algorithm);
+        // Start near a window boundary for some configurations and at small epoch values for others
+        // (where now - window is negative).
+        let now = config % 4 === 0 ? Math.floor(random() * 50) : 1_700_000_000_000 + Math.floor(random() * 100_000);
+        const clock = () => now;
+        const redisStore = new RedisStore({ client: redisClientWithTtl });
+        // A third of the configurations block denied identifiers (blockFor).
+        const blockFor = config % 3 === 2 ? 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window))) : 0;
+        const common = { limits: tiers, algorithm, clock, denyCacheSize: 0, blockFor } as const;
+        const prefix = uniquePrefix('diff');
+        const onRedis = createLimiter({ ...common, store: redisStore, prefix });
+        const inMemory = createLimiter({ ...common, store: new MemoryStore({ sweepIntervalMs: 0 }), prefix });
+        const history: string[] = [];
+        const countedBy = new Map<string, Decision[]>();
+        const expiry = new Map<string, number>();
+        const blockedUntil = new Map<string, number>();
+        for (let step = 0; step < 300; step++) {
+          now = nextTime(now, tiers, random);
+          const id = IDENTIFIERS[Math.floor(random() * IDENTIFIERS.length)];
+          // Keys are persisted in Redis (see persistingClient); expire them on the virtual clock, as
+          // the MemoryStore does, so a key written with short windows is gone for both alike.
+          if ((expiry.get(id) ?? Infinity) <= now) {
+            await client.del(onRedis.keyFor(id));
+            expiry.delete(id);
+          }
+          if (random() < 0.01) {
+            history.push(`${now} reset ${id}`);
+            await Promise.all([onRedis.reset(id), inMemory.reset(id)]);
+            expiry.delete(id);
+            blockedUntil.delete(id);
+            counts.resets++;
+            continue;
+          }
+          const counted = countedBy.get(id) ?? [];
+          if (counted.length > 0 && random() < 0.08) {
+            // Refund a decision of this identifier counted earlier: the latest, or an older one
+            // whose window may have rolled since.
+            const [decision] = counted.splice(Math.floor(random() * counted.length), 1);
+            history.push(`${now} refund ${id} counted at ${decision.now} cost ${decision.cost}`);
+            await Promise.all([onRedis.refund(id, decision), inMemory.refund(id, decision)]);
+            counts.refunds++;
+            continue;
+          }
+          const peek = random() < 0.2;
+          // Sometimes this call brings its own limits: the plan changed (same windows, other limits),
+          // or a window changed.
+          const r = random();
+          const callTiers =
+            r < 0.08
+              ? tiers.map((tier) => ({ ...tier, limit: 1 + Math.floor(random() * 30) }))
+              : r < 0.1
+                ? randomTiers(random, algorithm)
+                : tiers;
+          const cost = randomCost(random, callTiers);
+          history.push(
+            `${now} ${peek ? 'peek' : 'check'} ${id} cost ${cost}${callTiers === tiers ? '' : ` limits ${JSON.stringify(callTiers)}`}`,
           );
-        }
-        if (fromRedis.counted) {
-          const expected = expectedTtl(algorithm, callTiers, now, fromRedis);
-          expiry.set(id, now + expected);
-          // Read in the same MULTI as the write. Redis does not expire keys inside a MULTI, but
-          // PTTL is counted on its real clock: allow for a server that was descheduled meanwhile.
-          if (ttl.last! < 0 || ttl.last! > expected || ttl.last! < expected - 50) {
-            throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a write, expected ${expected}`);
+          ttl.last = undefined;
+          const method = peek ? 'peek' : 'check';
+          const options = callTiers === tiers ? { cost } : { cost, limits: callTiers };
+          if (callTiers !== tiers) counts.ownLimits++;
+          const fromRedis: Decision = await onRedis[method](id, options);
+          const fromMemory: Decision = await inMemory[method](id, options);
+          if (fromRedis.counted) countedBy.set(id, [...counted.slice(-5), fromRedis]);
+          if (!isDeepStrictEqual(fromRedis, fromMemory)) {
+            throw new Error(
+              `seed ${seed}, config ${JSON.stringify(tiers)}, step ${step}: decisions differ\n` +
+                `last steps:\n  ${history.slice(-12).join('\n  ')}\n` +
+                `redis:  ${JSON.stringify(fromRedis)}\nmemory: ${JSON.stringify(fromMemory)}`,
+            );
           }
-          counts.writes++;
-        } else if (fromRedis.blocked && !peek && (blockedUntil.get(id) ?? 0) <= now) {
-          // A fresh block: the (persisted) key must live at least blockFor.
-          blockedUntil.set(id, now + blockFor);
-          expiry.set(id, Math.max(expiry.get(id) ?? 0, now + blockFor));
-          if (ttl.last! > blockFor || ttl.last! < blockFor - 50) {
-            throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a block, expected ${blockFor}`);
+          if (fromRedis.counted) {
+            const expected = expectedTtl(algorithm, callTiers, now, fromRedis);
+            expiry.set(id, now + expected);
+            // Read in the same MULTI as the write. Redis does not expire keys inside a MULTI, but
+            // PTTL is counted on its real clock: allow for a server that was descheduled meanwhile.
+            if (ttl.last! < 0 || ttl.last! > expected || ttl.last! < expected - 50) {
+              throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a write, expected ${expected}`);
+            }
+            counts.writes++;
+          } else if (fromRedis.blocked && !peek && (blockedUntil.get(id) ?? 0) <= now) {
+            // A fresh block: the (persisted) key must live at least blockFor.
+            blockedUntil.set(id, now + blockFor);
+            expiry.set(id, Math.max(expiry.get(id) ?? 0, now + blockFor));
+            if (ttl.last! > blockFor || ttl.last! < blockFor - 50) {
+              throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a block, expected ${blockFor}`);
+            }
+            counts.blocks++;
+          } else if (ttl.last !== -1 && ttl.last !== -2) {
+            // Nothing was counted, so nothing may have set an expiry on the (persisted or absent) key.
+            throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} without a write`);
           }
-          counts.blocks++;
-        } else if (ttl.last !== -1 && ttl.last !== -2) {
-          // Nothing was counted, so nothing may have set an expiry on the (persisted or absent) key.
-          throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} without a write`);
+          counts.steps++;
+          if (peek) counts.peeks++;
+          if (tiers.length > 1) counts.multiTier++;
+          if (fromRedis.allowed) counts.allowed++;
+          else counts.denied++;
         }
-        counts.steps++;
-        if (peek) counts.peeks++;
-        if (tiers.length > 1) counts.multiTier++;
-        if (fromRedis.allowed) counts.allowed++;
-        else counts.denied++;
       }
-    }
-    if (process.env.DIFF_DEBUG) console.log(algorithm, counts);
-    // The sequence must actually exercise both outcomes, multi-tier configurations and writes.
-    expect(counts.steps).toBeGreaterThan(3_000);
-    expect(counts.denied).toBeGreaterThan(300);
-    expect(counts.allowed).toBeGreaterThan(counts.steps * 0.3);
-    expect(counts.multiTier).toBeGreaterThan(1_000);
-    expect(counts.peeks).toBeGreaterThan(300);
-    expect(counts.writes).toBeGreaterThan(500);
-    expect(counts.refunds).toBeGreaterThan(100);
-    expect(counts.ownLimits).toBeGreaterThan(200);
-    expect(counts.blocks).toBeGreaterThan(30);
+      if (process.env.DIFF_DEBUG) console.log(algorithm, counts);
+      // The sequence must actually exercise both outcomes, multi-tier configurations and writes.
+      expect(counts.steps).toBeGreaterThan(3_000);
+      expect(counts.denied).toBeGreaterThan(300);
+      expect(counts.allowed).toBeGreaterThan(counts.steps * 0.3);
+      expect(counts.multiTier).toBeGreaterThan(1_000);
+      expect(counts.peeks).toBeGreaterThan(300);
+      expect(counts.writes).toBeGreaterThan(500);
+      expect(counts.refunds).toBeGreaterThan(100);
+      expect(counts.ownLimits).toBeGreaterThan(200);
+      expect(counts.blocks).toBeGreaterThan(30);
+    });
   });
 });
 

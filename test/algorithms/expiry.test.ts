@@ -2,12 +2,21 @@
  * Expiry: the Redis key's PTTL per algorithm (2 x window for the sliding window, in
  * milliseconds so sub-second windows work), and the state is gone after it, both in
  * the logic (injected clock) and in real Redis (a real 100 ms window and a short sleep).
+ * The RedisStore runs on ioredis and on node-redis; an ioredis client reads the keys.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import {
+  closeClient,
+  manualClock,
+  REDIS_CLIENTS,
+  redisClient,
+  redisStoresPerClient,
+  type StoreClient,
+  uniquePrefix,
+} from '../helpers/redis';
 
 let client: Redis;
 beforeAll(() => {
@@ -20,9 +29,12 @@ const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR); // a boundary of e
 /** Real time between the script setting PX and our PTTL: generous for a loaded machine. */
 const SLACK = 250;
 
+/** The client the RedisStores of the current `describe.each(REDIS_CLIENTS)` block run on. */
+let storeClient: StoreClient;
+
 function redisLimiter(algorithm: AlgorithmName, limits: { limit: number; window: number | string }[], clock = manualClock(START)) {
   const limiter = createLimiter({
-    store: new RedisStore({ client }),
+    store: new RedisStore({ client: storeClient }),
     limits,
     algorithm,
     clock: clock.now,
@@ -36,128 +48,135 @@ async function pttl(key: string): Promise<number> {
   return client.pttl(key);
 }
 
-describe('PTTL of the real key', () => {
-  test('sliding window: 2 x window', async () => {
-    const { limiter } = redisLimiter('sliding-window', [{ limit: 10, window: '1m' }]);
-    await limiter.check('a');
-    const ttl = await pttl(limiter.keyFor('a'));
-    expect(ttl).toBeLessThanOrEqual(120_000);
-    expect(ttl).toBeGreaterThan(120_000 - SLACK);
+describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
+  beforeAll(async () => {
+    storeClient = await kind.standalone();
   });
+  afterAll(() => closeClient(storeClient));
 
-  test('sliding window with tiers: 2 x the longest window', async () => {
-    const { limiter } = redisLimiter('sliding-window', [
-      { limit: 3, window: '1s' },
-      { limit: 50, window: '1h' },
-      { limit: 10, window: '1m' },
-    ]);
-    await limiter.check('a');
-    const ttl = await pttl(limiter.keyFor('a'));
-    expect(ttl).toBeLessThanOrEqual(2 * HOUR);
-    expect(ttl).toBeGreaterThan(2 * HOUR - SLACK);
-  });
-
-  test('sliding window, 200 ms window: a millisecond expiry of 400 ms, not rounded to seconds', async () => {
-    const { limiter } = redisLimiter('sliding-window', [{ limit: 10, window: '200ms' }]);
-    await limiter.check('a');
-    const ttl = await pttl(limiter.keyFor('a'));
-    expect(ttl).toBeLessThanOrEqual(400);
-    expect(ttl).toBeGreaterThan(400 - SLACK);
-  });
-
-  test('fixed window: until the end of the current window', async () => {
-    const { clock, limiter } = redisLimiter('fixed-window', [{ limit: 10, window: '1m' }]);
-    clock.set(START + 15_000);
-    await limiter.check('a');
-    const ttl = await pttl(limiter.keyFor('a'));
-    expect(ttl).toBeLessThanOrEqual(45_000);
-    expect(ttl).toBeGreaterThan(45_000 - SLACK);
-  });
-
-  test('fixed window with tiers: until the latest end among the tiers', async () => {
-    const { clock, limiter } = redisLimiter('fixed-window', [
-      { limit: 3, window: '1s' },
-      { limit: 10, window: '1m' },
-    ]);
-    clock.set(START + 50_500);
-    await limiter.check('a');
-    const ttl = await pttl(limiter.keyFor('a'));
-    expect(ttl).toBeLessThanOrEqual(9_500);
-    expect(ttl).toBeGreaterThan(9_500 - SLACK);
-  });
-
-  test('sliding log: the longest window', async () => {
-    const { limiter } = redisLimiter('sliding-log', [
-      { limit: 3, window: '1s' },
-      { limit: 10, window: '1m' },
-    ]);
-    await limiter.check('a');
-    const ttl = await pttl(limiter.keyFor('a'));
-    expect(ttl).toBeLessThanOrEqual(60_000);
-    expect(ttl).toBeGreaterThan(60_000 - SLACK);
-  });
-
-  test.each<AlgorithmName>(['sliding-window', 'fixed-window', 'sliding-log'])(
-    '%s: a peek or a denied check creates no key and sets no expiry',
-    async (algorithm) => {
-      const { limiter } = redisLimiter(algorithm, [{ limit: 1, window: '1m' }]);
-      await limiter.peek('fresh');
-      expect(await client.exists(limiter.keyFor('fresh'))).toBe(0);
-      await limiter.check('fresh', { cost: 0 });
-      expect(await client.exists(limiter.keyFor('fresh'))).toBe(0);
+  describe('PTTL of the real key', () => {
+    test('sliding window: 2 x window', async () => {
+      const { limiter } = redisLimiter('sliding-window', [{ limit: 10, window: '1m' }]);
       await limiter.check('a');
-      await client.pexpire(limiter.keyFor('a'), 5 * HOUR); // a marker: only a counting write may change it
-      expect((await limiter.check('a')).allowed).toBe(false);
-      await limiter.peek('a');
-      expect(await pttl(limiter.keyFor('a'))).toBeGreaterThan(5 * HOUR - SLACK);
-    },
-  );
-});
-
-describe.each<[string, () => Store]>([
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-])('after 2 x window the sliding window state is gone (injected clock) on %s', (_name, makeStore) => {
-  test.each([200, 60_000])('window %d ms: counted 1 ms before, forgotten at 2 x window', async (window) => {
-    const clock = manualClock(START);
-    const limiter = createLimiter({
-      store: makeStore(),
-      limit: 5,
-      window,
-      clock: clock.now,
-      prefix: uniquePrefix('gone'),
-      denyCacheSize: 0,
-    });
-    expect((await limiter.check('a', { cost: 5 })).allowed).toBe(true);
-    clock.set(START + 2 * window - 1);
-    const almost = await limiter.peek('a', { cost: 5 });
-    expect(almost.estimated).toBeCloseTo(5 / window, 12); // 1 ms of the previous window's weight left
-    expect(almost.allowed).toBe(false);
-    clock.set(START + 2 * window);
-    const gone = await limiter.peek('a', { cost: 5 });
-    expect(gone.estimated).toBe(0);
-    expect(gone.allowed).toBe(true);
-  });
-});
-
-describe('real expiry in Redis (the one place with a real sleep)', () => {
-  test("100 ms windows: every algorithm's key is gone from Redis after 2 x window", async () => {
-    const limiters = (['sliding-window', 'fixed-window', 'sliding-log'] as const).map((algorithm) =>
-      createLimiter({ store: new RedisStore({ client }), limit: 3, window: 100, algorithm, prefix: uniquePrefix('real') }),
-    );
-    await Promise.all(limiters.map((limiter) => limiter.check('a')));
-    for (const limiter of limiters) {
       const ttl = await pttl(limiter.keyFor('a'));
-      // Never persistent (-1). The fixed window's key may already be gone (it expires at the
-      // end of the current 100 ms window, maybe 1 ms away), the others are still there.
-      if (limiter.algorithm === 'fixed-window' && ttl === -2) continue;
-      expect(ttl).toBeGreaterThan(0);
-      expect(ttl).toBeLessThanOrEqual(limiter.algorithm === 'sliding-window' ? 200 : 100);
-    }
-    await sleep(260);
-    for (const limiter of limiters) expect(await client.exists(limiter.keyFor('a'))).toBe(0);
+      expect(ttl).toBeLessThanOrEqual(120_000);
+      expect(ttl).toBeGreaterThan(120_000 - SLACK);
+    });
+
+    test('sliding window with tiers: 2 x the longest window', async () => {
+      const { limiter } = redisLimiter('sliding-window', [
+        { limit: 3, window: '1s' },
+        { limit: 50, window: '1h' },
+        { limit: 10, window: '1m' },
+      ]);
+      await limiter.check('a');
+      const ttl = await pttl(limiter.keyFor('a'));
+      expect(ttl).toBeLessThanOrEqual(2 * HOUR);
+      expect(ttl).toBeGreaterThan(2 * HOUR - SLACK);
+    });
+
+    test('sliding window, 200 ms window: a millisecond expiry of 400 ms, not rounded to seconds', async () => {
+      const { limiter } = redisLimiter('sliding-window', [{ limit: 10, window: '200ms' }]);
+      await limiter.check('a');
+      const ttl = await pttl(limiter.keyFor('a'));
+      expect(ttl).toBeLessThanOrEqual(400);
+      expect(ttl).toBeGreaterThan(400 - SLACK);
+    });
+
+    test('fixed window: until the end of the current window', async () => {
+      const { clock, limiter } = redisLimiter('fixed-window', [{ limit: 10, window: '1m' }]);
+      clock.set(START + 15_000);
+      await limiter.check('a');
+      const ttl = await pttl(limiter.keyFor('a'));
+      expect(ttl).toBeLessThanOrEqual(45_000);
+      expect(ttl).toBeGreaterThan(45_000 - SLACK);
+    });
+
+    test('fixed window with tiers: until the latest end among the tiers', async () => {
+      const { clock, limiter } = redisLimiter('fixed-window', [
+        { limit: 3, window: '1s' },
+        { limit: 10, window: '1m' },
+      ]);
+      clock.set(START + 50_500);
+      await limiter.check('a');
+      const ttl = await pttl(limiter.keyFor('a'));
+      expect(ttl).toBeLessThanOrEqual(9_500);
+      expect(ttl).toBeGreaterThan(9_500 - SLACK);
+    });
+
+    test('sliding log: the longest window', async () => {
+      const { limiter } = redisLimiter('sliding-log', [
+        { limit: 3, window: '1s' },
+        { limit: 10, window: '1m' },
+      ]);
+      await limiter.check('a');
+      const ttl = await pttl(limiter.keyFor('a'));
+      expect(ttl).toBeLessThanOrEqual(60_000);
+      expect(ttl).toBeGreaterThan(60_000 - SLACK);
+    });
+
+    test.each<AlgorithmName>(['sliding-window', 'fixed-window', 'sliding-log'])(
+      '%s: a peek or a denied check creates no key and sets no expiry',
+      async (algorithm) => {
+        const { limiter } = redisLimiter(algorithm, [{ limit: 1, window: '1m' }]);
+        await limiter.peek('fresh');
+        expect(await client.exists(limiter.keyFor('fresh'))).toBe(0);
+        await limiter.check('fresh', { cost: 0 });
+        expect(await client.exists(limiter.keyFor('fresh'))).toBe(0);
+        await limiter.check('a');
+        await client.pexpire(limiter.keyFor('a'), 5 * HOUR); // a marker: only a counting write may change it
+        expect((await limiter.check('a')).allowed).toBe(false);
+        await limiter.peek('a');
+        expect(await pttl(limiter.keyFor('a'))).toBeGreaterThan(5 * HOUR - SLACK);
+      },
+    );
+  });
+
+  describe('real expiry in Redis (the one place with a real sleep)', () => {
+    test("100 ms windows: every algorithm's key is gone from Redis after 2 x window", async () => {
+      const limiters = (['sliding-window', 'fixed-window', 'sliding-log'] as const).map((algorithm) =>
+        createLimiter({ store: new RedisStore({ client: storeClient }), limit: 3, window: 100, algorithm, prefix: uniquePrefix('real') }),
+      );
+      await Promise.all(limiters.map((limiter) => limiter.check('a')));
+      for (const limiter of limiters) {
+        const ttl = await pttl(limiter.keyFor('a'));
+        // Never persistent (-1). The fixed window's key may already be gone (it expires at the
+        // end of the current 100 ms window, maybe 1 ms away), the others are still there.
+        if (limiter.algorithm === 'fixed-window' && ttl === -2) continue;
+        expect(ttl).toBeGreaterThan(0);
+        expect(ttl).toBeLessThanOrEqual(limiter.algorithm === 'sliding-window' ? 200 : 100);
+      }
+      await sleep(260);
+      for (const limiter of limiters) expect(await client.exists(limiter.keyFor('a'))).toBe(0);
+    });
   });
 });
+
+describe.each<[string, () => Store]>([...redisStoresPerClient(), ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })]])(
+  'after 2 x window the sliding window state is gone (injected clock) on %s',
+  (_name, makeStore) => {
+    test.each([200, 60_000])('window %d ms: counted 1 ms before, forgotten at 2 x window', async (window) => {
+      const clock = manualClock(START);
+      const limiter = createLimiter({
+        store: makeStore(),
+        limit: 5,
+        window,
+        clock: clock.now,
+        prefix: uniquePrefix('gone'),
+        denyCacheSize: 0,
+      });
+      expect((await limiter.check('a', { cost: 5 })).allowed).toBe(true);
+      clock.set(START + 2 * window - 1);
+      const almost = await limiter.peek('a', { cost: 5 });
+      expect(almost.estimated).toBeCloseTo(5 / window, 12); // 1 ms of the previous window's weight left
+      expect(almost.allowed).toBe(false);
+      clock.set(START + 2 * window);
+      const gone = await limiter.peek('a', { cost: 5 });
+      expect(gone.estimated).toBe(0);
+      expect(gone.allowed).toBe(true);
+    });
+  },
+);
 
 describe('MemoryStore expiry', () => {
   test('an expired entry is dropped on access and by sweep()', async () => {

@@ -3,23 +3,13 @@
  * allowed, 1 ms (or 1 s) less is not, including several tiers and costs above 1; and each
  * tier's resetAt is the first moment its remaining quota grows, not a moment earlier.
  */
-import type { Redis } from 'ioredis';
-import { createLimiter, type Decision, type Limiter, MemoryStore, RedisStore, type Store } from '../../src';
+import { createLimiter, type Decision, type Limiter, MemoryStore, type Store } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName, Tier } from '../../src/algorithms/types';
 import { mulberry32 as seeded } from '../../support/random';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { manualClock, redisStoresPerClient, uniquePrefix } from '../helpers/redis';
 
-let client: Redis;
-beforeAll(() => {
-  client = redisClient();
-});
-afterAll(() => client.quit());
-
-const stores: [string, () => Store][] = [
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-];
+const stores: [string, () => Store][] = [...redisStoresPerClient(), ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })]];
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 const MINUTE = 60_000;
 const START = 1_700_000_040_000 - (1_700_000_040_000 % (10 * MINUTE)); // a boundary of every window used

@@ -1,9 +1,9 @@
 /**
  * Redis SIGKILLed under load, then restarted on the same port, behind a real Express or
- * Fastify server (20 concurrent keep-alive clients, timeoutMs 200), with three client
- * configurations (the recommended `enableOfflineQueue: false, maxRetriesPerRequest: 1`,
- * ioredis' defaults, and the README's recommended + auto-pipelining), failing open and
- * failing closed. Just before the kill, Redis is put to sleep (DEBUG SLEEP) and probe
+ * Fastify server (20 concurrent keep-alive clients, timeoutMs 200), with five client
+ * configurations (ioredis: the recommended `enableOfflineQueue: false, maxRetriesPerRequest: 1`,
+ * its defaults, and the README's recommended + auto-pipelining; node-redis: the recommended
+ * `disableOfflineQueue: true`, and its defaults), failing open and failing closed. Just before the kill, Redis is put to sleep (DEBUG SLEEP) and probe
  * requests are sent, so that checks are stuck in it, unanswered, when it dies.
  *
  * Proves: every request is answered (fail-open: 200 without rate-limit headers; closed:
@@ -12,15 +12,24 @@
  * limiter reported as failed is counted later: the probes' key stays empty, and each
  * client's count in the restarted Redis equals the requests it allowed after the kill.
  *
- * Then, on the limiter directly, the case where ioredis reconnects within its retry
- * window and resends the commands that were unanswered when the connection dropped: a
- * check still pending fails at once (before timeoutMs), and none is counted.
+ * Then, on the limiter directly, the case where the client reconnects at once (ioredis within
+ * its retry window, resending the commands that were unanswered when the connection
+ * dropped): a check still pending fails at once (before timeoutMs), and none is counted.
  */
 import { performance } from 'node:perf_hooks';
 import { createLimiter, RedisStore } from '../../src';
 import { closeAgent, FRAMEWORKS, get, load, type Sample, startApp } from '../helpers/http-load';
 import { watchUnhandledRejections } from '../helpers/process';
-import { CLIENT_CONFIGS, quietClient, sleep, slidingWindowCount, startFaultRedis, waitReady } from '../helpers/redis-faults';
+import {
+  CLIENT_CONFIGS,
+  disconnect,
+  faultClient,
+  quietClient,
+  sleep,
+  slidingWindowCount,
+  startFaultRedis,
+  waitReady,
+} from '../helpers/redis-faults';
 
 const TIMEOUT_MS = 200;
 /** Allowed above timeoutMs for the HTTP round trip and a busy event loop (two cores, 20 clients). */
@@ -42,13 +51,13 @@ function failed(sample: Sample, failMode: FailMode): boolean {
   return failMode === 'open' ? sample.status === 200 && !sample.limited : sample.status === 503;
 }
 
-describe.each(CLIENT_CONFIGS)('Redis SIGKILLed and restarted under load, client with %s', (configName, clientOptions) => {
+describe.each(CLIENT_CONFIGS)('Redis SIGKILLed and restarted under load, client: %s', (configName, clientConfig) => {
   describe.each(FRAMEWORKS)('%s', (framework) => {
     test.each<FailMode>(['open', 'closed'])(
       'failMode %s: all answered within timeoutMs, nothing reported failed is counted, limiting resumes',
       async (failMode) => {
         const redis = await startFaultRedis();
-        const client = quietClient(redis.url, clientOptions);
+        const client = faultClient(redis.url, clientConfig);
         const admin = quietClient(redis.url, { maxRetriesPerRequest: 0 });
         const inspect = quietClient(redis.url);
         const rejections = watchUnhandledRejections();
@@ -92,7 +101,7 @@ describe.each(CLIENT_CONFIGS)('Redis SIGKILLed and restarted under load, client 
           await sleep(1_500);
           traffic.stop();
           const samples = await traffic.done;
-          // Whatever ioredis would resend on reconnect has been sent by now.
+          // Whatever the client would resend on reconnect has been sent by now.
           await sleep(200);
 
           // The probes failed as configured, at timeoutMs.
@@ -146,7 +155,7 @@ describe.each(CLIENT_CONFIGS)('Redis SIGKILLed and restarted under load, client 
           await traffic?.done.catch(() => undefined);
           await app?.close();
           rejections.stop();
-          client.disconnect();
+          disconnect(client);
           admin.disconnect();
           inspect.disconnect();
           await redis.stop();
@@ -156,10 +165,10 @@ describe.each(CLIENT_CONFIGS)('Redis SIGKILLed and restarted under load, client 
   });
 });
 
-describe.each(CLIENT_CONFIGS)('limiter on a client with %s: Redis killed and restarted at once', (_configName, clientOptions) => {
-  test('checks stuck in the killed Redis fail at once or at timeoutMs and are never counted, even when ioredis reconnects within its retry window', async () => {
+describe.each(CLIENT_CONFIGS)('limiter on a client: %s: Redis killed and restarted at once', (_configName, clientConfig) => {
+  test('checks stuck in the killed Redis fail at once or at timeoutMs and are never counted, even when the client reconnects at once', async () => {
     const redis = await startFaultRedis();
-    const client = quietClient(redis.url, clientOptions);
+    const client = faultClient(redis.url, clientConfig);
     const admin = quietClient(redis.url, { maxRetriesPerRequest: 0 });
     const inspect = quietClient(redis.url);
     const rejections = watchUnhandledRejections();
@@ -191,13 +200,15 @@ describe.each(CLIENT_CONFIGS)('limiter on a client with %s: Redis killed and res
       await sleep(50);
       await redis.kill();
       // Back before ioredis' first reconnection attempt (50 ms): the case where it resends.
+      // node-redis never resends a written command: it rejects it when the connection drops.
       await redis.restart();
       await waitReady(client);
       await sleep(300);
 
       const failedPending = await pending;
       // StoreUnavailableError from the store; through auto-pipelining, ioredis' own
-      // "Stream isn't writeable" when the pipeline is flushed onto the closed connection.
+      // "Stream isn't writeable" when the pipeline is flushed onto the closed connection;
+      // node-redis' own "Socket closed unexpectedly".
       expect(failedPending.name).not.toBe('allowed');
       expect(failedPending.ms).toBeLessThan(TIMEOUT_MS);
       expect(await slidingWindowCount(inspect, 'quick:timed-out')).toBe(0);
@@ -209,7 +220,7 @@ describe.each(CLIENT_CONFIGS)('limiter on a client with %s: Redis killed and res
       expect(rejections.reasons).toEqual([]);
     } finally {
       rejections.stop();
-      client.disconnect();
+      disconnect(client);
       admin.disconnect();
       inspect.disconnect();
       await redis.stop();

@@ -2,13 +2,24 @@
  * Redis alive but not answering: `DEBUG SLEEP 1` sent from a separate connection blocks
  * the server for a second. Proves that checks give up at timeoutMs (measured) with a
  * RateLimitTimeoutError, that the adapters then fail open (200 without rate-limit
- * headers) or closed (503) as configured, and that decisions come back after the sleep.
+ * headers) or closed (503) as configured, and that decisions come back after the sleep;
+ * on every ioredis and node-redis configuration, and over HTTP with each one's recommended one.
  */
 import { performance } from 'node:perf_hooks';
 import { createLimiter, RedisStore } from '../../src';
 import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
 import { watchUnhandledRejections } from '../helpers/process';
-import { CLIENT_CONFIGS, quietClient, type RedisProcess, sleep, startFaultRedis, waitReady } from '../helpers/redis-faults';
+import {
+  CLIENT_CONFIGS,
+  disconnect,
+  faultClient,
+  quietClient,
+  RECOMMENDED_CONFIGS,
+  type RedisProcess,
+  sleep,
+  startFaultRedis,
+  waitReady,
+} from '../helpers/redis-faults';
 
 const TIMEOUT_MS = 200;
 const MARGIN_MS = 150;
@@ -37,9 +48,9 @@ async function sleepRedis(): Promise<{ awake: Promise<unknown> }> {
   return { awake };
 }
 
-describe.each(CLIENT_CONFIGS)('limiter on a client with %s', (configName, clientOptions) => {
+describe.each(CLIENT_CONFIGS)('limiter on a client: %s', (configName, clientConfig) => {
   test('every check started while Redis sleeps rejects with RateLimitTimeoutError at timeoutMs', async () => {
-    const client = quietClient(redis.url, clientOptions);
+    const client = faultClient(redis.url, clientConfig);
     const rejections = watchUnhandledRejections();
     try {
       await waitReady(client);
@@ -48,7 +59,7 @@ describe.each(CLIENT_CONFIGS)('limiter on a client with %s', (configName, client
         limit: 1000,
         window: '1m',
         timeoutMs: TIMEOUT_MS,
-        prefix: `slow-${configName.split(' ')[0]}`,
+        prefix: `slow-${configName.split(' ').slice(0, 2).join('-')}`,
       });
       expect((await limiter.check('a')).allowed).toBe(true);
       const { awake } = await sleepRedis();
@@ -79,56 +90,58 @@ describe.each(CLIENT_CONFIGS)('limiter on a client with %s', (configName, client
       );
     } finally {
       rejections.stop();
-      client.disconnect();
+      disconnect(client);
     }
   });
 });
 
-describe.each(FRAMEWORKS)('%s', (framework) => {
-  test.each(['open', 'closed'] as const)(
-    'failMode %s: requests during the sleep are answered at timeoutMs as configured',
-    async (failMode) => {
-      const client = quietClient(redis.url, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
-      const rejections = watchUnhandledRejections();
-      const errors: string[] = [];
-      let app: Awaited<ReturnType<typeof startApp>> | undefined;
-      try {
-        await waitReady(client);
-        app = await startApp(framework, {
-          store: new RedisStore({ client }),
-          limit: 1000,
-          window: '1m',
-          timeoutMs: TIMEOUT_MS,
-          failMode,
-          prefix: `slow-${framework}-${failMode}`,
-          identify: (request) => request.headers['x-id'] as string | undefined,
-          onError: (error) => errors.push((error as Error).name),
-        });
-        const before = await get(app.port, { 'x-id': 'a' });
-        expect(before).toMatchObject({ status: 200, limited: true });
+describe.each(RECOMMENDED_CONFIGS)('client: %s', (configName, clientConfig) => {
+  describe.each(FRAMEWORKS)('%s', (framework) => {
+    test.each(['open', 'closed'] as const)(
+      'failMode %s: requests during the sleep are answered at timeoutMs as configured',
+      async (failMode) => {
+        const client = faultClient(redis.url, clientConfig);
+        const rejections = watchUnhandledRejections();
+        const errors: string[] = [];
+        let app: Awaited<ReturnType<typeof startApp>> | undefined;
+        try {
+          await waitReady(client);
+          app = await startApp(framework, {
+            store: new RedisStore({ client }),
+            limit: 1000,
+            window: '1m',
+            timeoutMs: TIMEOUT_MS,
+            failMode,
+            prefix: `slow-${clientConfig.library}-${framework}-${failMode}`,
+            identify: (request) => request.headers['x-id'] as string | undefined,
+            onError: (error) => errors.push((error as Error).name),
+          });
+          const before = await get(app.port, { 'x-id': 'a' });
+          expect(before).toMatchObject({ status: 200, limited: true });
 
-        const { awake } = await sleepRedis();
-        const during = await Promise.all(Array.from({ length: 20 }, (_, i) => get(app!.port, { 'x-id': `id-${i}` })));
-        for (const sample of during) {
-          expect({ status: sample.status, limited: sample.limited }).toEqual({ status: failMode === 'open' ? 200 : 503, limited: false });
+          const { awake } = await sleepRedis();
+          const during = await Promise.all(Array.from({ length: 20 }, (_, i) => get(app!.port, { 'x-id': `id-${i}` })));
+          for (const sample of during) {
+            expect({ status: sample.status, limited: sample.limited }).toEqual({ status: failMode === 'open' ? 200 : 503, limited: false });
+          }
+          const times = during.map((sample) => sample.ms);
+          // Node timers may fire up to a millisecond early.
+          expect(Math.min(...times)).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
+          expect(Math.max(...times)).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
+          expect(errors).toEqual(new Array(20).fill('RateLimitTimeoutError'));
+
+          await awake;
+          expect(await get(app.port, { 'x-id': 'a' })).toMatchObject({ status: 200, limited: true });
+          expect(rejections.reasons).toEqual([]);
+          figures.push(
+            `  ${framework}, ${configName}, failMode ${failMode}: 20 requests answered ${failMode === 'open' ? '200' : '503'} after ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms`,
+          );
+        } finally {
+          await app?.close();
+          rejections.stop();
+          disconnect(client);
         }
-        const times = during.map((sample) => sample.ms);
-        // Node timers may fire up to a millisecond early.
-        expect(Math.min(...times)).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
-        expect(Math.max(...times)).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
-        expect(errors).toEqual(new Array(20).fill('RateLimitTimeoutError'));
-
-        await awake;
-        expect(await get(app.port, { 'x-id': 'a' })).toMatchObject({ status: 200, limited: true });
-        expect(rejections.reasons).toEqual([]);
-        figures.push(
-          `  ${framework}, failMode ${failMode}: 20 requests answered ${failMode === 'open' ? '200' : '503'} after ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms`,
-        );
-      } finally {
-        await app?.close();
-        rejections.stop();
-        client.disconnect();
-      }
-    },
-  );
+      },
+    );
+  });
 });

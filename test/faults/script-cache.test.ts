@@ -3,13 +3,23 @@
  * start again empty on the same port). Proves that the next check, over real HTTP and
  * directly on the limiter, succeeds without any error reaching the user: 200 with
  * rate-limit headers, onError never called for SCRIPT FLUSH; after the restart, once the
- * client is connected again, the first check succeeds and counts from zero.
+ * client is connected again, the first check succeeds and counts from zero. With every
+ * ioredis and node-redis client configuration.
  */
 import { type AlgorithmName, createLimiter, RedisStore } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
 import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
 import { watchUnhandledRejections } from '../helpers/process';
-import { CLIENT_CONFIGS, quietClient, type RedisProcess, startFaultRedis, waitReady } from '../helpers/redis-faults';
+import {
+  CLIENT_CONFIGS,
+  disconnect,
+  faultClient,
+  quietClient,
+  RECOMMENDED_CONFIGS,
+  type RedisProcess,
+  startFaultRedis,
+  waitReady,
+} from '../helpers/redis-faults';
 
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 let tests = 0;
@@ -30,9 +40,9 @@ afterAll(async () => {
   await redis.stop();
 });
 
-describe.each(CLIENT_CONFIGS)('client with %s', (_configName, clientOptions) => {
+describe.each(CLIENT_CONFIGS)('client: %s', (_configName, clientConfig) => {
   test.each(ALGORITHMS)('%s: SCRIPT FLUSH between two checks, and between two pipelined bursts', async (algorithm) => {
-    const client = quietClient(redis.url, clientOptions);
+    const client = faultClient(redis.url, clientConfig);
     const rejections = watchUnhandledRejections();
     try {
       await waitReady(client);
@@ -41,7 +51,7 @@ describe.each(CLIENT_CONFIGS)('client with %s', (_configName, clientOptions) => 
         algorithm,
         limit: 100,
         window: '1h',
-        prefix: prefix(`flush-${algorithm}`),
+        prefix: prefix(`flush-${clientConfig.library}-${algorithm}`),
       });
       expect((await limiter.check('a')).remaining).toBe(99);
       expect(await admin.script('FLUSH')).toBe('OK');
@@ -54,43 +64,46 @@ describe.each(CLIENT_CONFIGS)('client with %s', (_configName, clientOptions) => 
       expect(rejections.reasons).toEqual([]);
     } finally {
       rejections.stop();
-      client.disconnect();
+      disconnect(client);
     }
   });
 });
 
 describe.each(FRAMEWORKS)('%s', (framework) => {
-  test('SCRIPT FLUSH: the next request gets 200 with headers and onError is not called', async () => {
-    const client = quietClient(redis.url, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
-    const errors: unknown[] = [];
-    let app: Awaited<ReturnType<typeof startApp>> | undefined;
-    try {
-      await waitReady(client);
-      app = await startApp(framework, {
-        store: new RedisStore({ client }),
-        limit: 10,
-        window: '1h',
-        prefix: prefix(`flush-http-${framework}`),
-        identify: (request) => request.headers['x-id'] as string | undefined,
-        onError: (error) => errors.push(error),
-      });
-      expect(await get(app.port, { 'x-id': 'a' })).toMatchObject({ status: 200, limited: true });
-      await admin.script('FLUSH');
-      const after = await Promise.all(Array.from({ length: 12 }, () => get(app!.port, { 'x-id': 'a' })));
-      // 9 left of 10: exactly 9 more pass, counted in the same key as before the flush.
-      expect(after.filter((sample) => sample.status === 200 && sample.limited)).toHaveLength(9);
-      expect(after.filter((sample) => sample.status === 429 && sample.limited)).toHaveLength(3);
-      expect(errors).toEqual([]);
-    } finally {
-      await app?.close();
-      client.disconnect();
-    }
-  });
+  test.each(RECOMMENDED_CONFIGS)(
+    'SCRIPT FLUSH, client %s: the next request gets 200 with headers and onError is not called',
+    async (_configName, clientConfig) => {
+      const client = faultClient(redis.url, clientConfig);
+      const errors: unknown[] = [];
+      let app: Awaited<ReturnType<typeof startApp>> | undefined;
+      try {
+        await waitReady(client);
+        app = await startApp(framework, {
+          store: new RedisStore({ client }),
+          limit: 10,
+          window: '1h',
+          prefix: prefix(`flush-http-${clientConfig.library}-${framework}`),
+          identify: (request) => request.headers['x-id'] as string | undefined,
+          onError: (error) => errors.push(error),
+        });
+        expect(await get(app.port, { 'x-id': 'a' })).toMatchObject({ status: 200, limited: true });
+        await admin.script('FLUSH');
+        const after = await Promise.all(Array.from({ length: 12 }, () => get(app!.port, { 'x-id': 'a' })));
+        // 9 left of 10: exactly 9 more pass, counted in the same key as before the flush.
+        expect(after.filter((sample) => sample.status === 200 && sample.limited)).toHaveLength(9);
+        expect(after.filter((sample) => sample.status === 429 && sample.limited)).toHaveLength(3);
+        expect(errors).toEqual([]);
+      } finally {
+        await app?.close();
+        disconnect(client);
+      }
+    },
+  );
 
   test.each(CLIENT_CONFIGS)(
-    'full restart, client with %s: once reconnected, the next request gets 200 with headers, counted from zero',
-    async (_configName, clientOptions) => {
-      const client = quietClient(redis.url, clientOptions);
+    'full restart, client: %s: once reconnected, the next request gets 200 with headers, counted from zero',
+    async (_configName, clientConfig) => {
+      const client = faultClient(redis.url, clientConfig);
       const errors: unknown[] = [];
       const rejections = watchUnhandledRejections();
       let app: Awaited<ReturnType<typeof startApp>> | undefined;
@@ -100,7 +113,7 @@ describe.each(FRAMEWORKS)('%s', (framework) => {
           store: new RedisStore({ client }),
           limit: 10,
           window: '1h',
-          prefix: prefix(`restart-http-${framework}`),
+          prefix: prefix(`restart-http-${clientConfig.library}-${framework}`),
           identify: (request) => request.headers['x-id'] as string | undefined,
           onError: (error) => errors.push(error),
         });
@@ -121,7 +134,7 @@ describe.each(FRAMEWORKS)('%s', (framework) => {
       } finally {
         await app?.close();
         rejections.stop();
-        client.disconnect();
+        disconnect(client);
       }
     },
   );

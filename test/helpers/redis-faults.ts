@@ -1,9 +1,11 @@
 /**
  * Redis helpers for the fault-injection tests: servers the test owns (with `DEBUG`
- * enabled, so a test can make Redis sleep), the two client configurations under test,
- * and small polling utilities.
+ * enabled, so a test can make Redis sleep), the client configurations under test (ioredis
+ * and node-redis), and small polling utilities.
  */
 import { type Cluster, Redis, type RedisOptions } from 'ioredis';
+import { createClient, createCluster } from 'redis';
+import type { RedisStoreClient } from '../../src';
 import { readCounters } from '../../src/algorithms/prelude';
 import { type RedisCluster, type RedisProcess, startCluster, startRedis } from '../../support/redis-server';
 
@@ -12,16 +14,78 @@ export function startFaultRedis(extraArgs: string[] = []): Promise<RedisProcess>
   return startRedis(['--enable-debug-command', 'yes', ...extraArgs]);
 }
 
+/** A store client to make: which library, with which options. */
+export interface ClientConfig {
+  readonly library: 'ioredis' | 'node-redis';
+  readonly options: Record<string, unknown>;
+}
+
 /**
- * The two client configurations every outage test runs with: the README's
- * recommendation, and ioredis' defaults (offline queue on, 20 retries per request).
+ * The client configurations every outage test runs with: for ioredis, the README's
+ * recommendation, ioredis' defaults (offline queue on, 20 retries per request) and the
+ * recommendation with auto-pipelining; for node-redis, the README's recommendation and
+ * node-redis' defaults (offline queue on, reconnection with back-off).
  */
-export const CLIENT_CONFIGS: readonly [string, RedisOptions][] = [
-  ['recommended (enableOfflineQueue: false, maxRetriesPerRequest: 1)', { enableOfflineQueue: false, maxRetriesPerRequest: 1 }],
-  ['ioredis defaults (offline queue, maxRetriesPerRequest: 20)', {}],
+export const CLIENT_CONFIGS: readonly [string, ClientConfig][] = [
+  [
+    'ioredis recommended (enableOfflineQueue: false, maxRetriesPerRequest: 1)',
+    { library: 'ioredis', options: { enableOfflineQueue: false, maxRetriesPerRequest: 1 } },
+  ],
+  ['ioredis defaults (offline queue, maxRetriesPerRequest: 20)', { library: 'ioredis', options: {} }],
   // The README's example client: the recommendation plus auto-pipelining (checks travel in pipelines).
-  ['README (recommended + enableAutoPipelining)', { enableOfflineQueue: false, maxRetriesPerRequest: 1, enableAutoPipelining: true }],
+  [
+    'ioredis README (recommended + enableAutoPipelining)',
+    { library: 'ioredis', options: { enableOfflineQueue: false, maxRetriesPerRequest: 1, enableAutoPipelining: true } },
+  ],
+  ['node-redis recommended (disableOfflineQueue: true)', { library: 'node-redis', options: { disableOfflineQueue: true } }],
+  ['node-redis defaults (offline queue, reconnection back-off)', { library: 'node-redis', options: {} }],
 ];
+
+/** The recommended configuration of each library, for the tests that do not vary the client. */
+export const RECOMMENDED_CONFIGS: readonly [string, ClientConfig][] = CLIENT_CONFIGS.filter(([name, { library }]) =>
+  name.startsWith(`${library} recommended`),
+);
+
+/** A store client whose `error` events (expected while Redis is down) are counted, not printed. */
+export type FaultClient = RedisStoreClient & { errors: number; once(event: 'ready', listener: () => void): unknown };
+
+/** Makes a store client of `url` as `config` says, and starts connecting it (see {@link waitReady}). */
+export function faultClient(url: string, config: ClientConfig): FaultClient {
+  if (config.library === 'ioredis') return quietClient(url, config.options as RedisOptions);
+  const client = Object.assign(createClient({ url, ...config.options }), { errors: 0 });
+  client.on('error', () => {
+    client.errors++;
+  });
+  // Errors before the first connection are counted above; waitReady reports a client that never connects.
+  client.connect().catch(() => undefined);
+  return client;
+}
+
+/** A node-redis cluster client of `startupNodes`, with `defaults` for its node clients and other `options`; connected. */
+export async function nodeRedisCluster(
+  startupNodes: readonly { host: string; port: number }[],
+  defaults: Record<string, unknown>,
+  options: Record<string, unknown> = {},
+): Promise<RedisStoreClient> {
+  const cluster = createCluster({
+    ...options,
+    rootNodes: startupNodes.map(({ host, port }) => ({ url: `redis://${host}:${port}` })),
+    defaults,
+  });
+  cluster.on('error', () => undefined);
+  await cluster.connect();
+  return cluster;
+}
+
+/** Closes a store client of either library at once, whatever state its connection is in. */
+export function disconnect(client: RedisStoreClient): void {
+  if ('status' in client) {
+    // disconnect() on an ended connection would arm a 2 s timer for a socket already gone.
+    if (client.status !== 'end') (client as Redis | Cluster).disconnect();
+    return;
+  }
+  if (client.isOpen) (client as unknown as { destroy(): void }).destroy();
+}
 
 /** A client whose `error` events (expected while Redis is down) are counted, not printed. */
 export function quietClient(url: string, options: RedisOptions = {}): Redis & { errors: number } {
@@ -46,8 +110,13 @@ export async function waitFor(predicate: () => boolean | Promise<boolean>, timeo
   }
 }
 
-export function waitReady(client: Redis | Cluster, timeoutMs = 10_000): Promise<void> {
-  return waitFor(() => client.status === 'ready', timeoutMs, `the client to be ready (status ${client.status})`);
+/** Whether a client of either library is connected and ready for commands. */
+export function isReady(client: RedisStoreClient): boolean {
+  return 'status' in client ? client.status === 'ready' : (client.isReady ?? client.isOpen);
+}
+
+export function waitReady(client: RedisStoreClient, timeoutMs = 10_000): Promise<void> {
+  return waitFor(() => isReady(client), timeoutMs, 'the client to be ready');
 }
 
 /** Every key of a standalone server, by SCAN (never KEYS). */

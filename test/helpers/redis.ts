@@ -1,5 +1,9 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { createClient, createCluster } from 'redis';
+import { RedisStore, type RedisStoreClient } from '../../src';
 
 /** A client of the run's standalone server (see global-setup). Close it in afterAll. */
 export function redisClient(options: RedisOptions = {}): Redis {
@@ -37,4 +41,113 @@ export function manualClock(start = 1_700_000_000_000): { now: () => number; set
       time += ms;
     },
   };
+}
+
+/** A client a RedisStore runs on, as the tests make them: ioredis or node-redis, standalone or cluster. */
+export type StoreClient = RedisStoreClient;
+
+/** How the tests make (and close) the clients of one Redis client library. */
+export interface RedisClientKind {
+  readonly name: 'ioredis' | 'node-redis';
+  /** A connected client of `url` (default: the run's standalone server), with this library's defaults and `options`. */
+  standalone(url?: string, options?: Record<string, unknown>): Promise<StoreClient>;
+  /** A connected client of the run's three-master cluster. */
+  cluster(): Promise<StoreClient>;
+}
+
+function clusterNodes(): { host: string; port: number }[] {
+  const nodes = process.env.REDIS_CLUSTER_NODES;
+  if (!nodes) throw new Error('REDIS_CLUSTER_NODES is not set');
+  return nodes.split(',').map((address) => {
+    const [host, port] = address.split(':');
+    return { host, port: Number(port) };
+  });
+}
+
+function standaloneUrl(): string {
+  const url = process.env.REDIS_URL;
+  if (!url) throw new Error('REDIS_URL is not set: run the tests through jest so global-setup starts redis-server');
+  return url;
+}
+
+const IOREDIS: RedisClientKind = {
+  name: 'ioredis',
+  async standalone(url = standaloneUrl(), options = {}) {
+    const client = new Redis(url, options as RedisOptions);
+    // Expected while a test has Redis down; counted by the fault helpers, ignored here.
+    client.on('error', () => undefined);
+    await client.ping();
+    return client;
+  },
+  async cluster() {
+    const cluster = clusterClient();
+    await cluster.ping();
+    return cluster;
+  },
+};
+
+const NODE_REDIS: RedisClientKind = {
+  name: 'node-redis',
+  async standalone(url = standaloneUrl(), options = {}) {
+    const client = createClient({ url, ...options });
+    client.on('error', () => undefined);
+    await client.connect();
+    return client;
+  },
+  async cluster() {
+    const cluster = createCluster({ rootNodes: clusterNodes().map(({ host, port }) => ({ url: `redis://${host}:${port}` })) });
+    cluster.on('error', () => undefined);
+    await cluster.connect();
+    return cluster;
+  },
+};
+
+/**
+ * Both Redis client libraries a RedisStore takes, for `describe.each`: ioredis and node-redis
+ * (the `redis` package), each for the standalone server and the cluster.
+ */
+export const REDIS_CLIENTS: readonly [string, RedisClientKind][] = [
+  ['ioredis', IOREDIS],
+  ['node-redis', NODE_REDIS],
+];
+
+/** Whether `client` is connected and ready for commands, whichever library made it. */
+export function isReady(client: StoreClient): boolean {
+  return 'status' in client ? client.status === 'ready' : (client.isReady ?? client.isOpen);
+}
+
+/** Closes a client of either library (in afterAll), without waiting for a server that may be gone. */
+export async function closeClient(client: StoreClient): Promise<void> {
+  if ('status' in client) {
+    (client as Redis | Cluster).disconnect();
+    return;
+  }
+  (client as unknown as { destroy(): void }).destroy();
+}
+
+/**
+ * For suites that list the stores they run on: one `RedisStore` factory per client library
+ * (named `RedisStore (ioredis)`, `RedisStore (node-redis)`), over standalone clients opened in
+ * `beforeAll` and closed in `afterAll` of the calling file.
+ */
+export function redisStoresPerClient(): [string, () => RedisStore][] {
+  const clients = new Map<string, StoreClient>();
+  beforeAll(async () => {
+    for (const [name, kind] of REDIS_CLIENTS) clients.set(name, await kind.standalone());
+  });
+  afterAll(() => Promise.all([...clients.values()].map(closeClient)));
+  return REDIS_CLIENTS.map(([name]) => [`RedisStore (${name})`, () => new RedisStore({ client: clients.get(name)! })]);
+}
+
+/** The major version of the node-redis (`redis`) package the tests load, found from its entry point (so a jest module mapping is honoured). */
+export function nodeRedisMajor(): number {
+  for (let dir = dirname(require.resolve('redis')); dir !== dirname(dir); dir = dirname(dir)) {
+    try {
+      const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name?: string; version: string };
+      if (manifest.name === 'redis') return Number(manifest.version.split('.')[0]);
+    } catch {
+      // no package.json here
+    }
+  }
+  throw new Error('no package.json of redis above its entry point');
 }

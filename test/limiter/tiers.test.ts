@@ -2,17 +2,10 @@
  * Tiers are all-or-nothing: a request denied by any tier is counted by none, and the
  * decision reports every tier and the binding one.
  */
-import type { Redis } from 'ioredis';
-import { createLimiter, type Decision, MemoryStore, RedisStore, type Store } from '../../src';
+import { createLimiter, type Decision, MemoryStore, type Store } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-
-let client: Redis;
-beforeAll(() => {
-  client = redisClient();
-});
-afterAll(() => client.quit());
+import { manualClock, redisStoresPerClient, uniquePrefix } from '../helpers/redis';
 
 const HOUR = 3_600_000;
 const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR); // a boundary of both tiers
@@ -21,10 +14,7 @@ const LIMITS = [
   { limit: 5, window: '1h' },
 ] as const;
 
-const stores: [string, () => Store][] = [
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-];
+const stores: [string, () => Store][] = [...redisStoresPerClient(), ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })]];
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
 /**

@@ -6,7 +6,8 @@
  * - `full`: with express, fastify, ioredis and their types: all three entries type-checked
  *   with module nodenext and with moduleResolution bundler, and a RedisStore over ioredis;
  * - `bare`: the tarball alone, as a MemoryStore user installs it;
- * - `redis`: with node-redis (`redis`) and without ioredis.
+ * - `redis`: with node-redis (`redis`) and @types/node, without ioredis: a RedisStore over a
+ *   node-redis client and cluster, made and type-checked.
  *
  * npm installs from its cache when it can (`--prefer-offline`), asking for the versions
  * installed in this repository. The scripts and type checks of a project start as soon as
@@ -37,7 +38,7 @@ const NAME = 'sliding-window-limiter';
 const PROJECTS = {
   full: ['ioredis', 'express', '@types/express', 'fastify', '@types/node'],
   bare: [],
-  redis: ['redis'],
+  redis: ['redis', '@types/node'],
 } as const satisfies Record<string, readonly string[]>;
 type Project = keyof typeof PROJECTS;
 const PROJECT_NAMES = Object.keys(PROJECTS) as Project[];
@@ -56,6 +57,10 @@ const TSCONFIGS = {
   memory: {
     compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
     files: ['memory-only.ts', 'memory-only.cts'],
+  },
+  noderedis: {
+    compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
+    files: ['node-redis.ts', 'node-redis.cts'],
   },
 };
 type TsConfig = keyof typeof TSCONFIGS;
@@ -173,6 +178,10 @@ describe('the packed tarball, installed with npm', () => {
         } else {
           typeChecks[`${project}/memory`] = start(typeCheck(dir, 'memory'));
         }
+        if (project === 'redis') {
+          for (const file of ['node-redis.mjs', 'node-redis.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
+          typeChecks[`${project}/noderedis`] = start(typeCheck(dir, 'noderedis'));
+        }
       }),
     );
     // Waited for here, under this hook's timeout, rather than under each test's.
@@ -226,6 +235,19 @@ describe('the packed tarball, installed with npm', () => {
 
   test.each(['ioredis.mjs', 'ioredis.cjs'])('with ioredis installed, %s makes a RedisStore over an ioredis client', async (file) => {
     expect(await scripts[`full/${file}`]).toEqual({ redisStore: true, status: 'wait' });
+  });
+
+  test.each(['node-redis.mjs', 'node-redis.cjs'])(
+    'with node-redis installed and not ioredis, %s makes RedisStores over a node-redis client and cluster',
+    async (file) => {
+      expect(await scripts[`redis/${file}`]).toEqual({ redisStore: true, clusterStore: true, refused: 'SWL_STORE_UNAVAILABLE' });
+    },
+  );
+
+  test('with node-redis installed and not ioredis, RedisStores over createClient() and createCluster() type-check (skipLibCheck false)', async () => {
+    const check = await typeChecks['redis/noderedis'];
+    expect(check.errors).toEqual([]);
+    expect(check.files).toEqual(expect.arrayContaining(['index.d.mts', 'index.d.cts'].map((file) => installed('redis', 'dist', file))));
   });
 
   describe.each([

@@ -1,0 +1,109 @@
+/**
+ * One round trip per check: Redis's MONITOR sees exactly one EVALSHA per check, peek and
+ * refund from the store's client, and no other command, through ioredis and node-redis alike;
+ * after SCRIPT FLUSH, one check costs one EVALSHA answered NOSCRIPT and one EVAL, and the next
+ * ones are single EVALSHAs again. On a redis-server of its own, so no other test file's
+ * commands are seen.
+ */
+import { Redis } from 'ioredis';
+import { type AlgorithmName, createLimiter, RedisStore } from '../../src';
+import { type RedisProcess, startRedis } from '../../support/redis-server';
+import { closeClient, REDIS_CLIENTS, type StoreClient } from '../helpers/redis';
+
+const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+
+let server: RedisProcess;
+let admin: Redis;
+let monitor: Redis;
+/** Commands seen by MONITOR since the last `reset()`, by name, leaving out those scripts call and the admin's. */
+let seen: Record<string, number> = {};
+beforeAll(async () => {
+  server = await startRedis();
+  admin = new Redis(server.url);
+  await admin.client('SETNAME', 'admin');
+  // monitor() opens a connection of its own: the one it is called on is only needed for that.
+  const origin = new Redis(server.url);
+  monitor = await origin.monitor();
+  await origin.quit();
+  const adminAddresses = new Set<string>();
+  monitor.on('monitor', (_time: string, args: string[], source: string) => {
+    if (source === 'lua' || adminAddresses.has(source)) return;
+    if (args[0].toUpperCase() === 'ECHO' && args[1] === 'admin') {
+      adminAddresses.add(source);
+      return;
+    }
+    const name = args[0].toLowerCase();
+    seen[name] = (seen[name] ?? 0) + 1;
+  });
+  await admin.echo('admin');
+});
+afterAll(async () => {
+  monitor.disconnect();
+  await admin.quit();
+  await server.stop();
+});
+
+/** Forgets the commands seen so far, once MONITOR has passed them all on. */
+async function reset(): Promise<void> {
+  await commandCalls();
+  seen = {};
+}
+
+/** The commands seen, once MONITOR has passed on everything sent before (a marker through the admin connection). */
+async function commandCalls(): Promise<Record<string, number>> {
+  const marker = `marker-${Date.now()}-${Math.random()}`;
+  const arrived = new Promise<void>((resolve) => {
+    const listener = (_time: string, args: string[]) => {
+      if (args[1] === marker) {
+        monitor.off('monitor', listener);
+        resolve();
+      }
+    };
+    monitor.on('monitor', listener);
+  });
+  await admin.echo(marker);
+  await arrived;
+  return { ...seen };
+}
+
+describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
+  let client: StoreClient;
+  beforeAll(async () => {
+    client = await kind.standalone(server.url);
+  });
+  afterAll(() => closeClient(client));
+
+  test.each(ALGORITHMS)('%s: one EVALSHA per check, peek and refund, and no other command', async (algorithm) => {
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 5,
+      window: '1m',
+      algorithm,
+      prefix: `rt-${kind.name}-${algorithm}`,
+      denyCacheSize: 0,
+    });
+    await limiter.check('warm-up'); // loads the scripts
+    const counted = await limiter.check('warm-up');
+    await limiter.refund('warm-up', counted);
+    await reset();
+    for (let i = 0; i < 7; i++) await limiter.check(`id-${i % 2}`); // allowed and denied alike
+    await limiter.peek('id-0');
+    const decision = await limiter.check('id-2', { cost: 2 });
+    await limiter.refund('id-2', decision);
+    await Promise.all(Array.from({ length: 20 }, () => limiter.check('parallel')));
+    expect(await commandCalls()).toEqual({ evalsha: 7 + 1 + 1 + 1 + 20 });
+  });
+
+  test('after SCRIPT FLUSH: one EVALSHA answered NOSCRIPT and one EVAL, then one EVALSHA per check again', async () => {
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 5, window: '1m', prefix: `rt-flush-${kind.name}` });
+    await limiter.check('a');
+    await admin.script('FLUSH');
+    await reset();
+    await limiter.check('a');
+    expect(await commandCalls()).toEqual({ evalsha: 1, eval: 1 });
+    await reset();
+    await limiter.check('a');
+    await limiter.check('b');
+    expect(await commandCalls()).toEqual({ evalsha: 2 });
+  });
+});
