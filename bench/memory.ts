@@ -370,7 +370,7 @@ async function main(): Promise<void> {
     lines.push(
       `Reading: the decimal integer saves ${saved.toFixed(1)} bytes per identifier against the same TAT as a short base-36 string. ` +
         'That holds only while the value is one integer in whole milliseconds: several tiers, a block marker, or a fraction r (`window / limit` not a whole number of ms, the second token bucket row) make it a string again. ' +
-        "Storing TAT × limit + r would keep the fraction in one integer, but the script computes in Lua doubles, exact below 2^53: with today's epoch milliseconds (about 1.8 × 10^12) that allows limits up to about 5,000, and the longer number no longer fits the integer encoding's savings.",
+        "Storing TAT × limit + r would keep the fraction in one integer (the third row: an integer too), but the script computes in Lua doubles, exact below 2^53: with today's epoch milliseconds (about 1.8 × 10^12) that allows limits up to about 5,000, and reading it back needs the limit it was written with.",
       '',
     );
   }
