@@ -52,18 +52,28 @@ export function commandQueueOf(client: object): CommandQueue | undefined {
   return undefined;
 }
 
+/** This package's scripts on a client, by body and SHA-1: single-key checks (and refunds), and batches of checks. */
+export interface OurScripts {
+  readonly single: ReadonlySet<string>;
+  readonly batch: ReadonlySet<string>;
+}
+
 /**
- * Fails every unanswered `EVAL`/`EVALSHA` of one of `ours` (script bodies and SHA-1s) in the
- * client's queue with `error`, and turns it into a dry run in case ioredis resends it.
+ * Fails every unanswered `EVAL`/`EVALSHA` of one of `ours` in the client's queue with `error`,
+ * and turns it into a dry run in case ioredis resends it: the dry-run flag of a single-key call,
+ * or a batch's dry-run override (its first argument after the keys).
  */
-export function abandonUnansweredChecks(client: object, ours: ReadonlySet<string>, error: () => Error): void {
+export function abandonUnansweredChecks(client: object, ours: OurScripts, error: () => Error): void {
   const queue = commandQueueOf(client);
   if (queue === undefined) return;
   for (let i = 0; i < queue.length; i++) {
     const command = queue.peekAt(i)?.command;
     if (command === undefined || (command.name !== 'evalsha' && command.name !== 'eval')) continue;
-    if (!Array.isArray(command.args) || !ours.has(String(command.args[0]))) continue;
-    command.args[DRY_RUN_ARG] = '1';
+    if (!Array.isArray(command.args)) continue;
+    const script = String(command.args[0]);
+    if (ours.single.has(script)) command.args[DRY_RUN_ARG] = '1';
+    else if (ours.batch.has(script)) command.args[2 + Number(command.args[1])] = '1';
+    else continue;
     command.reject(error());
   }
 }

@@ -5,7 +5,7 @@
  * structural, so the package's declarations do not need `redis` installed.
  */
 import { createHash } from 'node:crypto';
-import type { Script } from '../algorithms/types';
+import type { CheckScript, Script } from '../algorithms/types';
 import { StoreUnavailableError } from '../errors';
 import { ConnectionEpoch, watchConnections } from './node-redis-reconnect';
 import type { RedisClientAdapter } from './redis-client';
@@ -64,7 +64,7 @@ const states = new WeakMap<object, ClientState>();
  */
 const STANDALONE: NodeRedisCommandOptions = Object.freeze({ typeMapping: Object.freeze({}), timeout: 0 });
 const CLUSTER: NodeRedisCommandOptions = Object.freeze({ typeMapping: Object.freeze({}) });
-const shas = new WeakMap<Script<unknown>, string>();
+const shas = new Map<string, string>();
 
 function candidate(client: unknown): Record<string, unknown> | undefined {
   return typeof client === 'object' && client !== null ? (client as Record<string, unknown>) : undefined;
@@ -98,11 +98,11 @@ export function unsupportedNodeRedis(client: NodeRedisClient | NodeRedisCluster)
     : 'a node-redis client older than version 5 (no withAbortSignal): use node-redis 5 or 6';
 }
 
-function shaOf(script: Script<unknown>): string {
-  let sha = shas.get(script);
+function shaOf(lua: string): string {
+  let sha = shas.get(lua);
   if (sha === undefined) {
-    sha = createHash('sha1').update(script.lua).digest('hex');
-    shas.set(script, sha);
+    sha = createHash('sha1').update(lua).digest('hex');
+    shas.set(lua, sha);
   }
   return sha;
 }
@@ -135,6 +135,20 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
     ? (key, args, options) => (client as NodeRedisCluster).sendCommand(key, false, args, options)
     : (_key, args, options) => (client as NodeRedisClient).sendCommand(args, options);
   const optionsNow = (): NodeRedisCommandOptions => (epoch === undefined ? plain : epoch.options);
+  const evaluate = (lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> => {
+    const args = ['EVALSHA', shaOf(lua), String(keys.length), ...keys];
+    for (const arg of argv) args.push(String(arg));
+    const options = optionsNow();
+    return send(keys[0], args, options).then(undefined, (error: unknown) => {
+      if (isNoScript(error)) {
+        const again = optionsNow();
+        return send(keys[0], ['EVAL', lua, ...args.slice(2)], again).then(undefined, (retryError: unknown) => {
+          throw failure(retryError, again);
+        });
+      }
+      throw failure(error, options);
+    });
+  };
   return {
     // Never hand node-redis a check while it is not connected (before its first connection
     // too): it would queue it, to be counted when Redis comes back.
@@ -142,21 +156,8 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
       if (client.isReady ?? client.isOpen) return undefined;
       return client.isOpen ? 'Redis connection is not ready' : 'Redis client is closed';
     },
-    run: (script, key, argv) => {
-      const sha = shaOf(script);
-      const args = ['EVALSHA', sha, '1', key];
-      for (const arg of argv) args.push(String(arg));
-      const options = optionsNow();
-      return send(key, args, options).then(undefined, (error: unknown) => {
-        if (isNoScript(error)) {
-          const again = optionsNow();
-          return send(key, ['EVAL', script.lua, ...args.slice(2)], again).then(undefined, (retryError: unknown) => {
-            throw failure(retryError, again);
-          });
-        }
-        throw failure(error, options);
-      });
-    },
+    run: (script, key, argv) => evaluate(script.lua, [key], argv),
+    runBatch: cluster ? undefined : (script: CheckScript, keys, argv) => evaluate(script.batchLua, keys, argv),
     del: (key) => send(key, ['DEL', key], plain),
   };
 }

@@ -1,4 +1,4 @@
-import type { Script } from '../algorithms/types';
+import type { CheckScript, Script } from '../algorithms/types';
 
 /**
  * What a {@link RedisStore} needs of a Redis client. One small adapter per client kind
@@ -10,4 +10,9 @@ export interface RedisClientAdapter {
   /** Runs `script` on one key: `EVALSHA`, falling back to `EVAL` when Redis answers `NOSCRIPT`. */
   run(script: Script<unknown>, key: string, argv: readonly (string | number)[]): Promise<unknown>;
   del(key: string): Promise<unknown>;
+  /**
+   * Runs a check script's batch form on several keys in one call (see `CheckBatcher`); absent
+   * where keys may live on different nodes (a Cluster), so checks go one by one there.
+   */
+  runBatch?(script: CheckScript, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown>;
 }

@@ -2,6 +2,7 @@ import { scriptArgv } from '../algorithms/prelude';
 import type { AlgorithmScripts, RawReply, Script } from '../algorithms/types';
 import { OptionError, StoreUnavailableError } from '../errors';
 import { checkOptions, keysOf } from '../options/validate';
+import { CheckBatcher } from './batch';
 import { type IoredisClient, ioredisAdapter, isIoredisClient } from './ioredis';
 import {
   isNodeRedisClient,
@@ -39,23 +40,39 @@ const OPTIONS = keysOf<RedisStoreOptions>({ client: true });
 /**
  * Keeps rate-limit state in Redis (standalone or Cluster), through ioredis or node-redis. Each
  * check is one `EVALSHA` of the algorithm's script, falling back to `EVAL` when Redis answers
- * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`). Each identifier is one key, so every check touches a single
- * Cluster slot.
+ * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`); on a standalone server, the checks started in
+ * one event-loop turn share one `EVALSHA` of the batch script. Each identifier is one key, so
+ * every check touches a single Cluster slot.
  */
 export class RedisStore implements Store {
   readonly client: RedisStoreClient;
   readonly needsTimeout = true;
   private readonly redis: RedisClientAdapter;
+  /** Gathers the checks of one event-loop turn into one call, where the client allows it (not a Cluster). */
+  private readonly batcher: CheckBatcher | undefined;
 
   constructor(options: RedisStoreOptions) {
     checkOptions(options, OPTIONS, 'RedisStore');
     const { client } = options;
     this.client = client;
-    this.redis = adapterFor(client);
+    const redis = adapterFor(client);
+    this.redis = redis;
+    const { runBatch } = redis;
+    this.batcher =
+      runBatch === undefined
+        ? undefined
+        : new CheckBatcher({
+            one: (script, key, argv) => redis.run(script, key, argv),
+            many: (script, keys, argv) => runBatch(script, keys, argv),
+          });
   }
 
   check(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, blockFor, tiers }: StoreCheck): Promise<RawReply> {
-    return this.run(scripts.check, key, scriptArgv(now, cost, dryRun, blockFor, tiers));
+    const argv = scriptArgv(now, cost, dryRun, blockFor, tiers);
+    if (this.batcher === undefined) return this.run(scripts.check, key, argv);
+    const unavailable = this.redis.unavailable();
+    if (unavailable !== undefined) return Promise.reject(new StoreUnavailableError(unavailable));
+    return this.batcher.check(scripts.check, key, argv);
   }
 
   refund(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, countedAt, tiers }: StoreRefund): Promise<RawReply> {

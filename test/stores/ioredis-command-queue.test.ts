@@ -40,10 +40,23 @@ test('abandoning rejects only our scripts and turns them into dry runs', async (
   const theirs = client.blpop(`queue-theirs-${process.pid}`, 1);
   const queue = commandQueueOf(client)!;
   const queued = queue.peekAt(queue.length - 2)?.command;
-  abandonUnansweredChecks(client, new Set([lua]), () => new Error('abandoned'));
+  abandonUnansweredChecks(client, { single: new Set([lua]), batch: new Set() }, () => new Error('abandoned'));
   await expect(ours).rejects.toThrow('abandoned');
   expect(queued?.args[5]).toBe('1');
   await expect(theirs).resolves.toBeNull();
+});
+
+test('abandoning a batch sets its dry-run override, the first argument after its keys', async () => {
+  await client.ping();
+  const lua = "return redis.call('BLPOP', KEYS[1], 1)";
+  const keys = [`queue-batch-a-${process.pid}`, `queue-batch-b-${process.pid}`];
+  const batch = client.eval(lua, keys.length, ...keys, '0', 4, '', 1, '0', 0);
+  const queue = commandQueueOf(client)!;
+  const queued = queue.peekAt(queue.length - 1)?.command;
+  abandonUnansweredChecks(client, { single: new Set(), batch: new Set([lua]) }, () => new Error('abandoned'));
+  await expect(batch).rejects.toThrow('abandoned');
+  // eval, numkeys, the two keys, then the override
+  expect(queued?.args.slice(0, 5)).toEqual([lua, '2', ...keys, '1']);
 });
 
 test('an unknown queue shape is left alone, with one SWL_IOREDIS_QUEUE_UNSUPPORTED warning', () => {
