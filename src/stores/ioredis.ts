@@ -15,18 +15,18 @@ export interface IoredisClient {
   readonly status: string;
   /** `true` on a `Cluster`, whose keys live on several nodes. */
   readonly isCluster?: boolean;
-  defineCommand(name: string, definition: { numberOfKeys?: number; lua: string }): void;
+  evalsha(sha: string, numberOfKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  eval(lua: string, numberOfKeys: number, ...args: (string | number)[]): Promise<unknown>;
   del(...keys: string[]): Promise<number>;
   on(event: 'ready' | 'close', listener: () => void): unknown;
 }
-
-type ScriptRunner = (...args: (string | number)[]) => Promise<unknown>;
 
 /** Per client, shared by every store on it: whether it was ever ready, and this package's scripts (bodies and SHA-1s). */
 interface ClientState {
   everReady: boolean;
   readonly scripts: { readonly single: Set<string>; readonly batch: Set<string> };
-  readonly runners: Map<string, ScriptRunner>;
+  /** SHA-1 of each script body sent on this client. */
+  readonly shas: Map<string, string>;
 }
 
 const states = new WeakMap<IoredisClient, ClientState>();
@@ -36,15 +36,17 @@ export function isIoredisClient(client: unknown): client is IoredisClient {
   return (
     typeof candidate === 'object' &&
     candidate !== null &&
-    typeof candidate.defineCommand === 'function' &&
+    typeof candidate.evalsha === 'function' &&
+    typeof candidate.status === 'string' &&
     typeof candidate.del === 'function' &&
     typeof candidate.on === 'function'
   );
 }
 
 /**
- * Runs scripts with `defineCommand`, which sends `EVALSHA` and falls back to `EVAL` by itself
- * when Redis answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
+ * Runs scripts with the client's own `evalsha`, and `eval` when Redis answers `NOSCRIPT`
+ * (after a restart or `SCRIPT FLUSH`); defines nothing on the client. Batches of checks run on
+ * standalone clients only: a Cluster's keys live on several nodes.
  */
 export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
   let state = states.get(client);
@@ -52,7 +54,7 @@ export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
     const created: ClientState = {
       everReady: client.status === 'ready',
       scripts: { single: new Set(), batch: new Set() },
-      runners: new Map(),
+      shas: new Map(),
     };
     client.on('ready', () => {
       created.everReady = true;
@@ -73,30 +75,34 @@ export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
     // already failed open could still be counted minutes later. Once the connection has been
     // up, refuse to queue: fail now, count nothing.
     unavailable: () => (client.status !== 'ready' && clientState.everReady ? `Redis connection is ${client.status}` : undefined),
-    run: (script, key, argv) => runnerFor(client, clientState, script.lua, 'single')(key, ...argv),
+    run: (script, key, argv) => evaluate(client, clientState, script.lua, 'single', 1, [key], argv),
     runBatch:
       client.isCluster === true
         ? undefined
-        : (script: CheckScript, keys, argv) => runnerFor(client, clientState, script.batchLua, 'batch')(keys.length, ...keys, ...argv),
+        : (script: CheckScript, keys, argv) => evaluate(client, clientState, script.batchLua, 'batch', keys.length, keys, argv),
     del: (key) => client.del(key),
   };
 }
 
-/**
- * The command running `lua` on this client, defined once. A single-key script takes its key
- * first; a batch script takes the number of keys first (`numberOfKeys` left to the call).
- */
-function runnerFor(client: IoredisClient, state: ClientState, lua: string, kind: 'single' | 'batch'): ScriptRunner {
-  let runner = state.runners.get(lua);
-  if (runner === undefined) {
-    const sha = createHash('sha1').update(lua).digest('hex');
-    const name = `slidingWindowLimiter_${sha}`;
-    const commands = client as unknown as Record<string, ScriptRunner>;
-    if (typeof commands[name] !== 'function') client.defineCommand(name, kind === 'single' ? { numberOfKeys: 1, lua } : { lua });
-    runner = commands[name].bind(client);
-    state.runners.set(lua, runner);
+/** `EVALSHA` of `lua`, and `EVAL` when Redis answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`). */
+function evaluate(
+  client: IoredisClient,
+  state: ClientState,
+  lua: string,
+  kind: 'single' | 'batch',
+  numberOfKeys: number,
+  keys: readonly string[],
+  argv: readonly (string | number)[],
+): Promise<unknown> {
+  let sha = state.shas.get(lua);
+  if (sha === undefined) {
+    sha = createHash('sha1').update(lua).digest('hex');
+    state.shas.set(lua, sha);
     state.scripts[kind].add(lua);
     state.scripts[kind].add(sha);
   }
-  return runner;
+  return client.evalsha(sha, numberOfKeys, ...keys, ...argv).then(undefined, (error: unknown) => {
+    if (error instanceof Error && error.message.startsWith('NOSCRIPT')) return client.eval(lua, numberOfKeys, ...keys, ...argv);
+    throw error;
+  });
 }

@@ -81,19 +81,20 @@ function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: numb
 }
 
 /**
- * The run's Redis client behind a proxy that turns each of this package's script
- * commands into `MULTI; <script>; PTTL key; PERSIST key; EXEC`: the RedisStore code path
- * (defineCommand, argument layout, EVALSHA) is unchanged, and the expiry is read and
- * removed atomically with the write, before Redis' real clock can expire the key.
+ * The run's Redis client behind a proxy that turns each script call on one key (`EVALSHA`, or
+ * `EVAL` after `NOSCRIPT`) into `MULTI; <script>; PTTL key; PERSIST key; EXEC`: the RedisStore
+ * code path (argument layout, EVALSHA, the NOSCRIPT fallback) is unchanged, and the expiry is
+ * read and removed atomically with the write, before Redis' real clock can expire the key.
  */
 function persistingClient(redis: Redis, ttl: { last: number | undefined }): Redis {
   return new Proxy(redis, {
     get(target, property) {
       const value = Reflect.get(target, property, target) as unknown;
-      if (typeof property === 'string' && property.startsWith('slidingWindowLimiter_') && typeof value === 'function') {
-        return async (key: string, ...args: (string | number)[]) => {
-          const multi = target.multi() as unknown as Record<string, (...a: unknown[]) => unknown> & ReturnType<Redis['multi']>;
-          multi[property](key, ...args);
+      if (property === 'evalsha' || property === 'eval') {
+        return async (script: string, numberOfKeys: number, key: string, ...args: (string | number)[]) => {
+          if (Number(numberOfKeys) !== 1) return target[property](script, numberOfKeys, key, ...args);
+          const multi = target.multi();
+          multi[property](script, numberOfKeys, key, ...args);
           multi.pttl(key).persist(key);
           const results = (await multi.exec())!;
           for (const [error] of results) if (error) throw error;
