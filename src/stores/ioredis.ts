@@ -5,7 +5,7 @@
  * do not need ioredis installed.
  */
 import { createHash } from 'node:crypto';
-import type { CheckScript, Script } from '../algorithms/types';
+import type { CheckScript } from '../algorithms/types';
 import { StoreUnavailableError } from '../errors';
 import { abandonUnansweredChecks } from './ioredis-command-queue';
 import type { RedisClientAdapter } from './redis-client';

@@ -5,7 +5,7 @@
  * structural, so the package's declarations do not need `redis` installed.
  */
 import { createHash } from 'node:crypto';
-import type { CheckScript, Script } from '../algorithms/types';
+import type { CheckScript } from '../algorithms/types';
 import { StoreUnavailableError } from '../errors';
 import { ConnectionEpoch, watchConnections } from './node-redis-reconnect';
 import type { RedisClientAdapter } from './redis-client';
