@@ -7,6 +7,7 @@
  */
 import { type AlgorithmName, createLimiter, type Limiter, RedisStore, type RedisStoreClient } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
+import { expectCounted } from '../helpers/counts';
 import { disconnect, faultClient, RECOMMENDED_CONFIGS, type RedisProcess, startFaultRedis, waitReady } from '../helpers/redis-faults';
 
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
@@ -49,14 +50,8 @@ describe.each(RECOMMENDED_CONFIGS)('clients: %s', (_configName, clientConfig) =>
         const limiters = instances(algorithm, denyCacheSize);
         const decisions = await Promise.all(Array.from({ length: CHECKS }, (_, i) => limiters[i % INSTANCES].check('shared')));
         expect(decisions.filter((decision) => decision.allowed)).toHaveLength(LIMIT);
-        // Every instance got its share of the race, not one instance all of it. Not so with
-        // node-redis: it writes the commands made in one event-loop turn as one batch (as ioredis
-        // does with auto-pipelining), Redis runs the commands it reads from one connection before
-        // turning to the next, and one instance's 250 checks took all 100 when this was written.
-        const perInstance = limiters.map(
-          (_, instance) => decisions.filter((decision, i) => i % INSTANCES === instance && decision.allowed).length,
-        );
-        if (clientConfig.library === 'ioredis') expect(perInstance.filter((allowed) => allowed > 0).length).toBeGreaterThan(1);
+        // Which instance wins is not asserted: each instance's 250 checks of one event-loop turn
+        // go to Redis as one batch script run, so the first batch Redis runs takes all 100.
         // Remaining values of the allowed ones are each of 99..0 exactly once: no two saw the same count.
         const remaining = decisions
           .filter((decision) => decision.allowed)
@@ -64,7 +59,7 @@ describe.each(RECOMMENDED_CONFIGS)('clients: %s', (_configName, clientConfig) =>
           .sort((a, b) => a - b);
         expect(remaining).toEqual(Array.from({ length: LIMIT }, (_, i) => i));
         const stored = await limiters[0].peek('shared', { cost: 0 });
-        expect(stored.estimated).toBe(LIMIT);
+        expectCounted(algorithm, stored.estimated, LIMIT);
       },
     );
 
@@ -72,7 +67,7 @@ describe.each(RECOMMENDED_CONFIGS)('clients: %s', (_configName, clientConfig) =>
       const limiters = instances(algorithm, 0);
       const decisions = await Promise.all(Array.from({ length: CHECKS }, (_, i) => limiters[i % INSTANCES].check('shared', { cost: 3 })));
       expect(decisions.filter((decision) => decision.allowed)).toHaveLength(Math.floor(LIMIT / 3));
-      expect((await limiters[0].peek('shared', { cost: 0 })).estimated).toBe(Math.floor(LIMIT / 3) * 3);
+      expectCounted(algorithm, (await limiters[0].peek('shared', { cost: 0 })).estimated, Math.floor(LIMIT / 3) * 3);
     });
   });
 });

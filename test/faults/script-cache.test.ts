@@ -8,6 +8,7 @@
  */
 import { type AlgorithmName, createLimiter, RedisStore } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
+import { expectCounted } from '../helpers/counts';
 import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
 import { watchUnhandledRejections } from '../helpers/process';
 import {
@@ -60,7 +61,7 @@ describe.each(CLIENT_CONFIGS)('client: %s', (_configName, clientConfig) => {
       expect(await admin.script('FLUSH')).toBe('OK');
       const burst = await Promise.all(Array.from({ length: 20 }, () => limiter.check('a')));
       expect(burst.every((decision) => decision.allowed)).toBe(true);
-      expect((await limiter.peek('a', { cost: 0 })).estimated).toBe(22);
+      expectCounted(algorithm, (await limiter.peek('a', { cost: 0 })).estimated, 22);
       expect(rejections.reasons).toEqual([]);
     } finally {
       rejections.stop();
