@@ -65,9 +65,10 @@ export class RateLimiter implements Limiter {
 
   /**
    * A check whose cost and tiers the caller has validated already (the HTTP layer): no option
-   * object to read. `tiers` undefined means the limiter's own.
+   * object to read. `tiers` undefined means the limiter's own. A denial the deny cache holds is
+   * answered at once, not as a promise, so a flood of refused requests is answered synchronously.
    */
-  checkValidated(identifier: string, cost: number, tiers: readonly Tier[] | undefined): Promise<Decision> {
+  checkValidated(identifier: string, cost: number, tiers: readonly Tier[] | undefined): Decision | Promise<Decision> {
     let key: string;
     try {
       key = this.keyFor(identifier);
@@ -123,14 +124,15 @@ export class RateLimiter implements Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.decide(key, cost, tiers, dryRun);
+    const decided = this.decide(key, cost, tiers, dryRun);
+    return decided instanceof Promise ? decided : Promise.resolve(decided);
   }
 
-  private decide(key: string, cost: number, tiers: readonly Tier[], dryRun: boolean): Promise<Decision> {
+  private decide(key: string, cost: number, tiers: readonly Tier[], dryRun: boolean): Decision | Promise<Decision> {
     const now = this.clock?.();
     if (this.denyCache !== undefined) {
       const denied = this.denyCache.get(key, cost, tiers, now ?? Date.now());
-      if (denied !== undefined) return Promise.resolve(denied);
+      if (denied !== undefined) return denied;
     }
     const reply = this.store.check(this.scripts, key, { now, cost, dryRun, blockFor: this.blockFor, tiers });
     return this.bounded(reply).then((raw) => {

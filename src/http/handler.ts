@@ -112,16 +112,23 @@ export class HttpLimiter<Req, Res> {
   }
 
   private check({ identifier, cost, tiers }: Check, request: Req, response: Res, proceed: Proceed): void {
-    this.limiter.checkValidated(identifier, cost, tiers).then(
-      (decision) => {
-        try {
-          this.respond(decision, identifier, request, response, proceed);
-        } catch (error) {
-          this.hookFailed(error, request, proceed);
-        }
-      },
-      (error: unknown) => this.fail(error, request, response, proceed),
-    );
+    const decided = this.limiter.checkValidated(identifier, cost, tiers);
+    if (decided instanceof Promise) {
+      decided.then(
+        (decision) => this.answer(decision, identifier, request, response, proceed),
+        (error: unknown) => this.fail(error, request, response, proceed),
+      );
+    } else {
+      this.answer(decided, identifier, request, response, proceed);
+    }
+  }
+
+  private answer(decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
+    try {
+      this.respond(decision, identifier, request, response, proceed);
+    } catch (error) {
+      this.hookFailed(error, request, proceed);
+    }
   }
 
   private respond(decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
