@@ -1,3 +1,4 @@
+import { batchArgv, batchReply } from '../algorithms/prelude';
 import type { CheckScript, RawReply } from '../algorithms/types';
 
 /** Sends one script call for one key, or one batch call for several keys (see `checkLua` in `algorithms/prelude.ts`). */
@@ -76,15 +77,15 @@ export class CheckBatcher {
       return;
     }
     const keys: string[] = new Array(group.length);
-    const argv: (string | number)[] = ['0'];
+    const argv: string[] = new Array(group.length + 1);
+    argv[0] = '0';
     for (let i = 0; i < group.length; i++) {
       keys[i] = group[i].key;
-      argv.push(group[i].argv.length);
-      for (const arg of group[i].argv) argv.push(arg);
+      argv[i + 1] = batchArgv(group[i].argv);
     }
     this.sender.many(script, keys, argv).then(
       (replies) => {
-        for (let i = 0; i < group.length; i++) group[i].resolve((replies as RawReply[])[i]);
+        for (let i = 0; i < group.length; i++) group[i].resolve(batchReply(String((replies as unknown[])[i])));
       },
       (error: unknown) => {
         for (const entry of group) entry.reject(error);

@@ -17,7 +17,7 @@ import type { Redis } from 'ioredis';
 import { createClient, type RedisClientType } from 'redis';
 import { createLimiter, type Decision, MemoryStore, RedisStore, type RedisStoreClient } from '../../src';
 import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../src/algorithms';
-import { readCounters, scriptArgv } from '../../src/algorithms/prelude';
+import { batchArgv, batchReply, readCounters, scriptArgv } from '../../src/algorithms/prelude';
 import type { AlgorithmName, MemoryResult, Tier } from '../../src/algorithms/types';
 import { mulberry32 as seeded } from '../../support/random';
 import { redisClient, uniquePrefix } from '../helpers/redis';
@@ -390,16 +390,13 @@ describe.each(ALGORITHMS)('%s: the batch script against the TypeScript twin', (a
           dryRun: random() < 0.15,
         }));
         const dryAll = random() < 0.1;
-        const argv: (string | number)[] = [dryAll ? '1' : '0'];
-        for (const entry of entries) {
-          const own = scriptArgv(now, entry.cost, entry.dryRun, blockFor, tiers);
-          argv.push(own.length, ...own);
-        }
+        const argv: string[] = [dryAll ? '1' : '0'];
+        for (const entry of entries) argv.push(batchArgv(scriptArgv(now, entry.cost, entry.dryRun, blockFor, tiers)));
         const multi = client.multi().eval(check.batchLua, entries.length, ...entries.map((entry) => entry.key), ...argv);
         for (const key of keys) multi.persist(key);
         const results = (await multi.exec())!;
         if (results[0][0]) throw results[0][0];
-        const replies = results[0][1] as number[][];
+        const replies = (results[0][1] as string[]).map(batchReply);
         batches++;
         for (const [i, entry] of entries.entries()) {
           const result = check.apply(states.get(entry.key), { now, cost: entry.cost, dryRun: entry.dryRun || dryAll, blockFor, tiers });
