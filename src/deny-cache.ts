@@ -41,22 +41,36 @@ export class DenyCache {
     if (cost !== decision.cost || !sameTiers(decision.tiers, tiers)) return undefined;
     const elapsed = now - denial.at;
     const at = decision.now + elapsed;
+    // Written out field by field rather than spread: this runs for every request of a flood.
     const aged: TierDecision[] = new Array(decision.tiers.length);
     for (let i = 0; i < aged.length; i++) {
       const tier = decision.tiers[i];
-      // A tier with nothing counted resets "now": at the answer's own now.
       aged[i] = {
-        ...tier,
+        limit: tier.limit,
+        window: tier.window,
+        estimated: tier.estimated,
+        remaining: tier.remaining,
         retryAfterMs: tier.retryAfterMs > elapsed ? tier.retryAfterMs - elapsed : 0,
+        // A tier with nothing counted resets "now": at the answer's own now.
         resetAt: tier.resetAt === decision.now ? at : tier.resetAt,
       };
     }
     return {
-      ...decision,
-      now: at,
-      retryAfterMs: decision.retryAfterMs - elapsed,
+      allowed: false,
+      limit: decision.limit,
+      window: decision.window,
+      remaining: decision.remaining,
+      estimated: decision.estimated,
+      ratio: decision.ratio,
       resetAt: aged[decision.tier].resetAt,
+      retryAfterMs: decision.retryAfterMs - elapsed,
+      tier: decision.tier,
       tiers: aged,
+      now: at,
+      cost: decision.cost,
+      counted: false,
+      blocked: decision.blocked,
+      shadow: decision.shadow,
       cached: true,
     };
   }

@@ -70,6 +70,25 @@ export class HttpLimiter<Req, Res> {
    * rejection and never to a silent allow; a store failure becomes `failMode`.
    */
   handle(request: Req, response: Res, proceed: Proceed): void {
+    const { skip, costOf, tiersOf, identify, fixedCost } = this.options;
+    if (skip === undefined && costOf === undefined && tiersOf === undefined) {
+      // Static options: only the identifier to find, no object built before the check.
+      let identifier: string | Promise<string>;
+      try {
+        identifier = identify(request);
+      } catch (error) {
+        this.hookFailed(error, request, proceed);
+        return;
+      }
+      if (typeof identifier === 'string') this.check(identifier, fixedCost, undefined, request, response, proceed);
+      else {
+        identifier.then(
+          (settled) => this.check(settled, fixedCost, undefined, request, response, proceed),
+          (error: unknown) => this.hookFailed(error, request, proceed),
+        );
+      }
+      return;
+    }
     let check: Check | undefined | PromiseLike<Check | undefined>;
     try {
       check = this.prepare(request);
@@ -80,10 +99,11 @@ export class HttpLimiter<Req, Res> {
     if (check === undefined) proceed();
     else if (isPromiseLike(check)) {
       check.then(
-        (settled) => (settled === undefined ? proceed() : this.check(settled, request, response, proceed)),
+        (settled) =>
+          settled === undefined ? proceed() : this.check(settled.identifier, settled.cost, settled.tiers, request, response, proceed),
         (error: unknown) => this.hookFailed(error, request, proceed),
       );
-    } else this.check(check, request, response, proceed);
+    } else this.check(check.identifier, check.cost, check.tiers, request, response, proceed);
   }
 
   /** Skip, identify, cost and limits, in that order; undefined when the request is skipped. */
@@ -111,7 +131,7 @@ export class HttpLimiter<Req, Res> {
     );
   }
 
-  private check({ identifier, cost, tiers }: Check, request: Req, response: Res, proceed: Proceed): void {
+  private check(identifier: string, cost: number, tiers: readonly Tier[] | undefined, request: Req, response: Res, proceed: Proceed): void {
     const decided = this.limiter.checkValidated(identifier, cost, tiers);
     if (decided instanceof Promise) {
       decided.then(

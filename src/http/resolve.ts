@@ -17,7 +17,7 @@ import {
 
 /** The HTTP options resolved once, so a request does no option lookups. */
 export interface ResolvedHttpOptions<Req, Res> {
-  readonly identify: (request: Req) => Awaitable<string>;
+  readonly identify: (request: Req) => string | Promise<string>;
   /** The cost of every request, when `cost` is not a function. */
   readonly fixedCost: number;
   readonly costOf: ((request: Req) => Awaitable<number>) | undefined;
