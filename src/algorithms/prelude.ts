@@ -13,11 +13,14 @@ export const LUA_PRELUDE = `
 --   1: now (epoch ms), or '' to read Redis TIME      2: cost
 --   3: '1' dry run (write nothing), '0' write        4: check: blockFor (ms, 0 = none); refund: countedAt (epoch ms)
 --   5, 6, ...: limit, window (ms) of each tier
+-- Redis TIME is read once per script run: the checks of a batch run atomically together, at one instant.
+local timeOfRun
 local function readArgs(argv)
-  local now = tonumber(argv[1])
+  local now = tonumber(argv[1]) or timeOfRun
   if not now then
     local time = redis.call('TIME')
     now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    timeOfRun = now
   end
   local tiers = (#argv - 4) / 2
   local limits, windows, longest = {}, {}, 0

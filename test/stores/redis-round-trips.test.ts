@@ -17,6 +17,8 @@ let admin: Redis;
 let monitor: Redis;
 /** Commands seen by MONITOR since the last `reset()`, by name, leaving out those scripts call and the admin's. */
 let seen: Record<string, number> = {};
+/** The same for the commands the scripts themselves call. */
+let seenInScripts: Record<string, number> = {};
 beforeAll(async () => {
   server = await startRedis();
   admin = new Redis(server.url);
@@ -27,7 +29,12 @@ beforeAll(async () => {
   await origin.quit();
   const adminAddresses = new Set<string>();
   monitor.on('monitor', (_time: string, args: string[], source: string) => {
-    if (source === 'lua' || adminAddresses.has(source)) return;
+    if (source === 'lua') {
+      const name = args[0].toLowerCase();
+      seenInScripts[name] = (seenInScripts[name] ?? 0) + 1;
+      return;
+    }
+    if (adminAddresses.has(source)) return;
     if (args[0].toUpperCase() === 'ECHO' && args[1] === 'admin') {
       adminAddresses.add(source);
       return;
@@ -47,6 +54,7 @@ afterAll(async () => {
 async function reset(): Promise<void> {
   await commandCalls();
   seen = {};
+  seenInScripts = {};
 }
 
 /** The commands seen, once MONITOR has passed on everything sent before (a marker through the admin connection). */
@@ -96,6 +104,21 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
     const parallel = await Promise.all(Array.from({ length: 20 }, () => limiter.check('parallel')));
     expect(parallel.filter((d) => d.allowed)).toHaveLength(5);
     expect(await commandCalls()).toEqual({ evalsha: 7 + 1 + 1 + 1 + 2 });
+  });
+
+  test('a batch reads Redis TIME once: its checks are decided at one instant', async () => {
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 100, window: '1m', prefix: `rt-time-${kind.name}` });
+    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up')]); // loads the batch script
+    await reset();
+    const decisions = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`)));
+    expect(await commandCalls()).toEqual({ evalsha: 1 });
+    expect(seenInScripts.time).toBe(1);
+    expect(new Set(decisions.map((decision) => decision.now)).size).toBe(1);
+    await reset();
+    await limiter.check('alone');
+    await limiter.check('alone');
+    await commandCalls();
+    expect(seenInScripts.time).toBe(2);
   });
 
   test('after SCRIPT FLUSH: one EVALSHA answered NOSCRIPT and one EVAL, then one EVALSHA per check again', async () => {
