@@ -430,7 +430,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
       (minOverBestPeer === undefined || (overPeer !== undefined && (minOverBestPeer === 1 ? overPeer > 1 : overPeer >= minOverBestPeer)));
     const peerText = peer === undefined ? '' : `${LIMITER_LABELS[peer].split(' (')[0]} (${fmt(ratioOf(cells, framework, peer, scenario))})`;
     lines.push(
-      `| ${framework} | (${scenario}) | ${wanted.join(', ')} | ${ratio.toFixed(2)} | ${peerText} | ${fmt(overPeer)} | ${met ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, framework, 'swlnr', scenario))} | ${fmt(ratioOf(cells, framework, 'swlap', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlnr', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlap', scenario))} | ${fmt(ratioOf(cells, framework, 'floor', scenario))} | ${fmt(ratioBetween(cells, framework, 'swl', 'floor', scenario))} |`,
+      `| ${framework} | (${scenario}) | ${wanted.join(', ')} | ${ratio.toFixed(2)} | ${peerText} | ${overPeer === undefined ? '' : overPeer.toFixed(3)} | ${met ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, framework, 'swlnr', scenario))} | ${fmt(ratioOf(cells, framework, 'swlap', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlnr', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlap', scenario))} | ${fmt(ratioOf(cells, framework, 'floor', scenario))} | ${fmt(ratioBetween(cells, framework, 'swl', 'floor', scenario))} |`,
     );
   }
   lines.push('');
