@@ -44,13 +44,7 @@ const CHECK = checkLua(
     end
     redis.call('SET', key, table.concat(parts, ' '), 'PX', expiry)
   end
-  local blockedMs = 0
-  if blocked then
-    blockedMs = blockedUntil - now
-  elseif allowed == 0 and extra > 0 and not dry then
-    blockedMs = extra
-    writeBlock(key, now, extra, body)
-  end
+  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, extra, dry, body)
   local reply = { allowed, now, blockedMs }
   for i = 1, tiers do
     local wait, reset = 0, 0

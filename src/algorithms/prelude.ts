@@ -78,6 +78,16 @@ local function writeBlock(key, now, blockFor, body)
   if ttl < blockFor then ttl = blockFor end
   redis.call('SET', key, withMarker(now + blockFor, body), 'PX', ttl)
 end
+-- After a check on a string key: ms left on the identifier's block, either what remains of the
+-- block it is under, or a new block of blockFor ms, started when this check (not a dry run) was denied.
+local function blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dry, body)
+  if blockedUntil > now then return blockedUntil - now end
+  if allowed == 0 and blockFor > 0 and not dry then
+    writeBlock(key, now, blockFor, body)
+    return blockFor
+  end
+  return 0
+end
 `;
 
 /** The locals every script body reads, decoded from one key's arguments by the prelude's `readArgs`. */

@@ -93,13 +93,7 @@ const CHECK = checkLua(
     end
     redis.call('SET', key, table.concat(parts, ' '), 'PX', 2 * longest)
   end
-  local blockedMs = 0
-  if blocked then
-    blockedMs = blockedUntil - now
-  elseif allowed == 0 and extra > 0 and not dry then
-    blockedMs = extra
-    writeBlock(key, now, extra, body)
-  end
+  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, extra, dry, body)
   local reply = { allowed, now, blockedMs }
   for i = 1, tiers do
     local c, p, e, limit, window = current[i], previous[i], elapsed[i], limits[i], windows[i]
