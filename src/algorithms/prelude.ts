@@ -34,14 +34,19 @@ end
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 -- Counters are stored in base 36: a window index and two counts fit in 12 characters,
 -- which keeps a key within Redis's smallest string allocation for realistic counts.
+-- Remembered for the run: the checks of a batch share their window indexes, and small counts repeat.
+local base36Of = { [0] = '0' }
 local function base36(number)
-  if number == 0 then return '0' end
-  local text = ''
-  while number > 0 do
-    local digit = number % 36
+  local text = base36Of[number]
+  if text then return text end
+  text = ''
+  local rest = number
+  while rest > 0 do
+    local digit = rest % 36
     text = string.sub(DIGITS, digit + 1, digit + 1) .. text
-    number = (number - digit) / 36
+    rest = (rest - digit) / 36
   end
+  base36Of[number] = text
   return text
 end
 local function readCounters(value)
@@ -111,14 +116,19 @@ end
 `;
   return {
     lua: `${check}return check(KEYS[1], ARGV)\n`,
-    batchLua: `${check}local replies = {}
+    batchLua: `${check}local replies, formats = {}, {}
 for k = 1, #KEYS do
   local argv = {}
   for field in string.gmatch(ARGV[k + 1] .. ',', '([^,]*),') do argv[#argv + 1] = field end
   if ARGV[1] == '1' then argv[3] = '1' end
   local reply = check(KEYS[k], argv)
-  for i = 1, #reply do reply[i] = string.format('%d', reply[i]) end
-  replies[k] = table.concat(reply, ',')
+  -- One string.format per reply ('%d,%d,...,%d', made once per reply length) rather than one per number.
+  local format = formats[#reply]
+  if not format then
+    format = string.rep('%d,', #reply - 1) .. '%d'
+    formats[#reply] = format
+  end
+  replies[k] = string.format(format, unpack(reply))
 end
 return replies
 `,
