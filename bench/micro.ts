@@ -6,7 +6,8 @@
  * adapters' shared `HttpLimiter.handle` with header writing, and a denial answered from the
  * deny cache; each with an ioredis client with and without auto-pipelining, and a node-redis
  * client (`disableOfflineQueue: true`), whose GET is also measured without node-redis 6's
- * per-command timer (`timeout: 0`, as the store sends its checks). 64 checks are kept in
+ * per-command timer (`timeout: 0`, as the store sends its checks); and the CPU redis-server
+ * itself spends per `RedisStore.check` (from /proc, Linux). 64 checks are kept in
  * flight, as 64 HTTP connections would. Each figure is the lowest of 7 repetitions, which
  * load from other processes disturbs least. Run through ts-node, it compiles itself and runs
  * as plain JavaScript in a child process (ts-node turns on `domain`, which slows EventEmitters).
@@ -19,17 +20,25 @@ import { ALGORITHMS } from '../src/algorithms';
 import { HttpLimiter, type HttpPort } from '../src/http/handler';
 import { createLimiter } from '../src/limiter';
 import { RedisStore, type RedisStoreClient } from '../src/stores/redis';
+import { processCpu } from '../support/process-cpu';
 import { startRedis } from '../support/redis-server';
 
 const OPERATIONS = Number(process.env.BENCH_OPERATIONS ?? 50_000);
 const IN_FLIGHT = 64;
 const REPETITIONS = 7;
 
-async function cpuPerOperation(operation: () => unknown, count: number, inFlight: number): Promise<number> {
+/** CPU microseconds this process has used. */
+function ownCpu(): number {
+  const { user, system } = process.cpuUsage();
+  return user + system;
+}
+
+/** CPU µs per operation of `operation`, as `cpu` (a clock of CPU µs: this process's by default) counts them. */
+async function cpuPerOperation(operation: () => unknown, count: number, inFlight: number, cpu: () => number = ownCpu): Promise<number> {
   const results: number[] = [];
   for (let repetition = 0; repetition < REPETITIONS; repetition++) {
     let started = 0;
-    const before = process.cpuUsage();
+    const before = cpu();
     await Promise.all(
       Array.from({ length: inFlight }, async () => {
         while (started++ < count) {
@@ -38,8 +47,7 @@ async function cpuPerOperation(operation: () => unknown, count: number, inFlight
         }
       }),
     );
-    const used = process.cpuUsage(before);
-    results.push((used.user + used.system) / count);
+    results.push((cpu() - before) / count);
   }
   return Math.min(...results);
 }
@@ -84,6 +92,10 @@ const CLIENTS: readonly { name: string; connect(port: number): Promise<Measured>
 
 async function main(): Promise<void> {
   const redis = await startRedis();
+  const admin = new Redis({ host: '127.0.0.1', port: redis.port });
+  const redisPid = Number(/process_id:(\d+)/.exec(await admin.info('server'))?.[1]);
+  admin.disconnect();
+  const redisCpu = (): number => processCpu(redisPid) * 1e6;
   const keepAlive = setInterval(() => undefined, 1000);
   const rows: [string, ...(number | undefined)[]][] = [];
   try {
@@ -123,6 +135,13 @@ async function main(): Promise<void> {
         OPERATIONS,
         IN_FLIGHT,
       );
+      // The same checks as Redis sees them: its CPU per check (one at a time, or batched by the store).
+      figures['RedisStore.check: redis-server CPU'] = await cpuPerOperation(
+        () => store.check(ALGORITHMS['sliding-window'], `${run}-store:user:1`, check),
+        OPERATIONS,
+        IN_FLIGHT,
+        redisCpu,
+      );
       figures['Limiter.check'] = await cpuPerOperation(() => limiter.check('user:1'), OPERATIONS, IN_FLIGHT);
       figures['HttpLimiter.handle + headers, allowed'] = await cpuPerOperation(http(allow), OPERATIONS, IN_FLIGHT);
       figures['HttpLimiter.handle + headers, denied from the deny cache'] = await cpuPerOperation(http(deny), OPERATIONS * 4, 1);
@@ -152,7 +171,7 @@ function relaunchCompiled(): boolean {
   if (!(require('node:events') as { usingDomains?: boolean }).usingDomains) return false;
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const { compileForBench } = require('./compile') as typeof import('./compile');
-  const build = compileForBench(['micro.ts'], undefined, ['support/redis-server.ts']);
+  const build = compileForBench(['micro.ts'], undefined, ['support/redis-server.ts', 'support/process-cpu.ts']);
   const result = spawnSync(process.execPath, [join(build, 'bench', 'micro.js')], { stdio: 'inherit' });
   process.exitCode = result.status ?? 1;
   return true;

@@ -27,6 +27,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import Redis from 'ioredis';
+import { CLOCK_TICKS, processCpu } from '../support/process-cpu';
 import { startRedis } from '../support/redis-server';
 import { compileForBench } from './compile';
 import { describeWrk, runWrk, type Traffic, type WrkResult } from './wrk';
@@ -212,19 +213,6 @@ function stopServer(server: Server): Promise<void> {
 function pinRedis(pid: number): void {
   if (LOAD_CPUS === undefined) return;
   execFileSync('taskset', ['-a', '-p', '-c', LOAD_CPUS, String(pid)], { stdio: 'ignore' });
-}
-
-const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-
-/** CPU seconds a process has used (all its threads). */
-function processCpu(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
-  } catch {
-    return 0;
-  }
 }
 
 /** CPU seconds the whole machine has been busy (user, nice, system, irq, softirq). */
