@@ -24,6 +24,8 @@ export class Deadlines {
   /** Index of the oldest entry not dropped yet. */
   private head = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** Whether the timer holds the event loop open: only while a call is pending. */
+  private holding = false;
 
   constructor(readonly timeoutMs: number) {}
 
@@ -33,6 +35,7 @@ export class Deadlines {
       const pending: Pending = { deadline: Date.now() + this.timeoutMs, settled: false, reject };
       this.queue.push(pending);
       if (this.timer === undefined) this.arm(this.timeoutMs);
+      else if (!this.holding) this.hold(true);
       promise.then(
         (value) => {
           if (pending.settled) return;
@@ -57,6 +60,8 @@ export class Deadlines {
     if (this.head === queue.length) {
       queue.length = 0;
       this.head = 0;
+      // Nothing left to bound: the armed timer must not keep a process that is done from exiting.
+      if (this.holding) this.hold(false);
     } else if (this.head > COMPACT_AFTER) {
       this.queue = queue.slice(this.head);
       this.head = 0;
@@ -66,6 +71,13 @@ export class Deadlines {
   private arm(delay: number): void {
     // Referenced, like the timer of a single call: a bound must hold even for a store with no socket.
     this.timer = setTimeout(() => this.expire(), delay);
+    this.holding = true;
+  }
+
+  private hold(holding: boolean): void {
+    if (holding) this.timer?.ref();
+    else this.timer?.unref();
+    this.holding = holding;
   }
 
   /** Fails every call whose deadline has passed, then waits for the next oldest. */

@@ -48,3 +48,25 @@ test('an answer after the timeout changes nothing; many answered calls leave not
   const internals = deadlines as unknown as { queue: unknown[]; head: number };
   expect(internals.queue.length - internals.head).toBe(0);
 });
+
+test('the one timer keeps the process alive only while a call is pending', async () => {
+  const deadlines = new Deadlines(10_000);
+  const timers = (): number => process.getActiveResourcesInfo().filter((resource) => resource === 'Timeout').length;
+  const before = timers();
+  const pending = (): { promise: Promise<string>; answer: (value: string) => void } => {
+    let answer: (value: string) => void = () => undefined;
+    const promise = deadlines.bound(new Promise<string>((resolve) => (answer = resolve)));
+    return { promise, answer };
+  };
+  const first = pending();
+  expect(timers()).toBe(before + 1);
+  first.answer('one');
+  await first.promise;
+  // Settled, nothing left to bound: a script that is done can exit without waiting 10 s.
+  expect(timers()).toBe(before);
+  const second = pending();
+  expect(timers()).toBe(before + 1);
+  second.answer('two');
+  await expect(second.promise).resolves.toBe('two');
+  expect(timers()).toBe(before);
+});
