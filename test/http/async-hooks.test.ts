@@ -6,24 +6,20 @@
  * `onError`, never to an unhandled rejection, never running the route, counting nothing.
  * Real apps on real sockets, real Redis, manual clock.
  */
-import type { Redis } from 'ioredis';
-import { byIp, byUser, MemoryStore, OptionError, RedisStore, type Store } from '../../src';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { type App, closeApps, counted, FRAMEWORK_ROWS, type TestOptions, type TestRequest, unhandledRejectionsDuring } from './frameworks';
+import { byIp, byUser, OptionError } from '../../src';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import {
+  type App,
+  counted,
+  FRAMEWORK_ROWS,
+  START,
+  storesOfTestFile,
+  type TestOptions,
+  type TestRequest,
+  unhandledRejectionsDuring,
+} from './frameworks';
 
-const START = 1_800_000_000_000 - (1_800_000_000_000 % 3_600_000) + 60_000;
-
-let client: Redis;
-beforeAll(() => {
-  client = redisClient();
-});
-afterEach(() => closeApps());
-afterAll(() => client.quit());
-
-const STORES: [string, () => Store][] = [
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-];
+const STORES = storesOfTestFile();
 
 async function statuses(app: App, n: number, headers: Record<string, string> = {}): Promise<number[]> {
   const seen: number[] = [];

@@ -9,28 +9,14 @@
  */
 import express from 'express';
 import Fastify from 'fastify';
-import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { MemoryStore, OptionError, RedisStore, type Store, type TierOptions } from '../../src';
+import { OptionError, type TierOptions } from '../../src';
 import { rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { type App, closeApps, counted, FRAMEWORK_ROWS, type TestOptions, type TestRequest } from './frameworks';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { type App, counted, FRAMEWORK_ROWS, START, storesOfTestFile, type TestOptions, type TestRequest } from './frameworks';
 
-const HOUR = 3_600_000;
-const START = 1_800_000_000_000 - (1_800_000_000_000 % HOUR) + 60_000; // a minute into an hour
-
-let client: Redis;
-beforeAll(() => {
-  client = redisClient();
-});
-afterEach(() => closeApps());
-afterAll(() => client.quit());
-
-const STORES: [string, () => Store][] = [
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-];
+const STORES = storesOfTestFile();
 
 /** The statuses of `n` requests sent one after another. */
 async function statuses(app: App, n: number, headers: Record<string, string>): Promise<number[]> {

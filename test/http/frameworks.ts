@@ -10,11 +10,22 @@ import type { AddressInfo } from 'node:net';
 import { runInThisContext } from 'node:vm';
 import express5, { type NextFunction, type Request, type Response } from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { type CheckOptions, createLimiter, type Decision, type Limiter, type RequestLike, type Store } from '../../src';
+import {
+  type CheckOptions,
+  createLimiter,
+  type Decision,
+  type Limiter,
+  MemoryStore,
+  RedisStore,
+  type RequestLike,
+  type Store,
+} from '../../src';
 import * as expressAdapter from '../../src/express';
 import * as fastifyAdapter from '../../src/fastify';
 import type { Awaitable, HttpOptions } from '../../src/http/options';
+import { redisClient } from '../helpers/redis';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const express4 = require('express4') as typeof express5;
@@ -71,6 +82,27 @@ export interface Framework {
 }
 
 const open = new Set<App>();
+
+/** A minute into an hour, the start of the tests' manual clocks: no window boundary is near. */
+export const START = 1_800_000_000_000 - (1_800_000_000_000 % 3_600_000) + 60_000;
+
+/**
+ * The two stores a test file runs its scenarios on, `[name, make]`: a RedisStore over a client
+ * the file opens before its tests and quits after them, and a MemoryStore. Also closes every
+ * app a test started. Call once, at the top level of a test file.
+ */
+export function storesOfTestFile(): [string, () => Store][] {
+  let client: Redis;
+  beforeAll(() => {
+    client = redisClient();
+  });
+  afterEach(() => closeApps());
+  afterAll(() => client.quit());
+  return [
+    ['RedisStore', () => new RedisStore({ client })],
+    ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
+  ];
+}
 
 /** Closes every app started since the last call; for afterEach. */
 export async function closeApps(): Promise<void> {

@@ -9,36 +9,26 @@
  * "not refunded yet". Real apps on real sockets, real Redis, manual clock.
  */
 import http from 'node:http';
-import type { Redis } from 'ioredis';
-import { MemoryStore, RedisStore, type Store } from '../../src';
+import type { Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { manualClock, uniquePrefix } from '../helpers/redis';
 import {
   type App,
-  closeApps,
   counted,
   eventually,
   FRAMEWORK_ROWS,
   type Route,
+  START,
+  storesOfTestFile,
   type TestOptions,
   type TestResponse,
   unhandledRejectionsDuring,
 } from './frameworks';
 
-const START = 1_800_000_000_000 - (1_800_000_000_000 % 3_600_000) + 60_000;
 const IP = 'ip:127.0.0.1';
 
-let client: Redis;
-beforeAll(() => {
-  client = redisClient();
-});
-afterEach(() => closeApps());
-afterAll(() => client.quit());
-
-const STORES: [string, () => Store][] = [
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-];
+const STORES = storesOfTestFile();
+const redisStore = STORES.find(([name]) => name === 'RedisStore')?.[1] as () => Store;
 
 /** `store`, with a count of the refunds it has completed. */
 function watchRefunds(store: Store): { store: Store; refunds: () => number } {
@@ -314,7 +304,7 @@ describe.each(FRAMEWORK_ROWS)('on RedisStore, every algorithm, %s', (_frameworkN
   test.each(['sliding-window', 'fixed-window', 'sliding-log'] as AlgorithmName[])(
     '%s: skipSuccessfulRequests refunds the success, failures count to the limit',
     async (algorithm) => {
-      const watched = watchRefunds(new RedisStore({ client }));
+      const watched = watchRefunds(redisStore());
       redisRefunds = watched.refunds;
       const clock = manualClock(START);
       const app = await framework.start(

@@ -10,22 +10,10 @@
  * "Once per process" is a module-level flag, so every test loads the adapters afresh with
  * `jest.isolateModules`: each starts with the flag unset, whatever ran before it.
  */
-import type { Redis } from 'ioredis';
-import { MemoryStore, RedisStore, type Store } from '../../src';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { closeApps, counted, FRAMEWORK_ROWS, type Framework, type Setup, type TestOptions } from './frameworks';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { counted, FRAMEWORK_ROWS, type Framework, type Setup, storesOfTestFile, type TestOptions } from './frameworks';
 
-let client: Redis;
-beforeAll(() => {
-  client = redisClient();
-});
-afterEach(() => closeApps());
-afterAll(() => client.quit());
-
-const STORES: [string, () => Store][] = [
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-];
+const STORES = storesOfTestFile();
 
 type Adapters = NonNullable<Setup['adapters']>;
 
