@@ -1,5 +1,6 @@
 import { ALGORITHMS } from './algorithms';
-import type { AlgorithmName, AlgorithmScripts, Tier } from './algorithms/types';
+import type { AlgorithmName, AlgorithmScripts, RawReply, Tier } from './algorithms/types';
+import type { Done } from './callback';
 import { blockedMs, toDecision } from './decision';
 import { DenyCache } from './deny-cache';
 import { OptionError } from './errors';
@@ -14,7 +15,7 @@ import {
   validateCost,
 } from './options/limiter';
 import { checkOptions, describeValue, keysOf } from './options/validate';
-import type { Store } from './stores/types';
+import { type CallbackStore, checkWithCallback, type Store } from './stores/types';
 import { Deadlines } from './timeout';
 import type { CheckOptions, Decision, Limiter, LimiterOptions } from './types';
 
@@ -34,6 +35,7 @@ export class RateLimiter implements Limiter {
   private readonly denyCache: DenyCache | undefined;
   private readonly keyPrefix: string;
   private readonly deadlines: Deadlines;
+  private readonly storeCheck: CallbackStore['checkThen'];
 
   constructor(options: ResolvedLimiterOptions) {
     this.store = options.store;
@@ -44,6 +46,7 @@ export class RateLimiter implements Limiter {
     this.clock = options.clock;
     this.blockFor = options.blockFor;
     this.shadow = options.shadow;
+    this.storeCheck = checkWithCallback(this.store);
     this.scripts = ALGORITHMS[this.algorithm];
     this.keyPrefix = `${this.prefix}:`;
     this.deadlines = new Deadlines(this.timeoutMs);
@@ -65,17 +68,19 @@ export class RateLimiter implements Limiter {
 
   /**
    * A check whose cost and tiers the caller has validated already (the HTTP layer): no option
-   * object to read. `tiers` undefined means the limiter's own. A denial the deny cache holds is
-   * answered at once, not as a promise, so a flood of refused requests is answered synchronously.
+   * object to read, and no promise. `tiers` undefined means the limiter's own. A denial the deny
+   * cache holds is returned at once (and `done` is not called), so a flood of refused requests is
+   * answered synchronously; otherwise this returns undefined and `done` gets the decision.
    */
-  checkValidated(identifier: string, cost: number, tiers: readonly Tier[] | undefined): Decision | Promise<Decision> {
+  checkValidated(identifier: string, cost: number, tiers: readonly Tier[] | undefined, done: Done<Decision>): Decision | undefined {
     let key: string;
     try {
       key = this.keyFor(identifier);
     } catch (error) {
-      return Promise.reject(error);
+      done(error);
+      return undefined;
     }
-    return this.decide(key, cost, tiers ?? this.tiers, false);
+    return this.decide(key, cost, tiers ?? this.tiers, false, done);
   }
 
   refund(identifier: string, decision: Decision): Promise<void> {
@@ -124,30 +129,53 @@ export class RateLimiter implements Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    const decided = this.decide(key, cost, tiers, dryRun);
-    return decided instanceof Promise ? decided : Promise.resolve(decided);
+    return new Promise((resolve, reject) => {
+      const cached = this.decide(key, cost, tiers, dryRun, (error, decision) =>
+        decision === undefined ? reject(error) : resolve(decision),
+      );
+      if (cached !== undefined) resolve(cached);
+    });
   }
 
-  private decide(key: string, cost: number, tiers: readonly Tier[], dryRun: boolean): Decision | Promise<Decision> {
+  /** The deny cache's answer if it holds one; else undefined, and `done` gets the store's. */
+  private decide(key: string, cost: number, tiers: readonly Tier[], dryRun: boolean, done: Done<Decision>): Decision | undefined {
     const now = this.clock?.();
     if (this.denyCache !== undefined) {
       const denied = this.denyCache.get(key, cost, tiers, now ?? Date.now());
       if (denied !== undefined) return denied;
     }
-    const reply = this.store.check(this.scripts, key, { now, cost, dryRun, blockFor: this.blockFor, tiers });
-    return this.bounded(reply).then((raw) => {
-      const decision = toDecision(raw, tiers, cost, dryRun, this.shadow);
-      if (this.denyCache !== undefined) {
-        // With blockFor, only a blocked denial may be cached: another would answer the next check
-        // without the script that starts (or, once a block has ended, renews) the block.
-        if (!decision.allowed && (this.blockFor === 0 || decision.blocked)) {
-          this.denyCache.remember(key, decision, now ?? Date.now(), blockedMs(raw));
-        }
-        // Counting pushes back when a cached denial (of another cost) could first be allowed.
-        else if (decision.counted) this.denyCache.delete(key);
+    const pending = this.store.needsTimeout ? this.deadlines.start(done) : undefined;
+    this.storeCheck(this.scripts, key, { now, cost, dryRun, blockFor: this.blockFor, tiers }, (error, raw) => {
+      // A reply after the deadline changes nothing: the caller has had its timeout error.
+      if (pending !== undefined && !this.deadlines.finish(pending)) return;
+      if (raw === undefined) {
+        done(error);
+        return;
       }
-      return decision;
+      let decision: Decision;
+      try {
+        decision = this.decided(key, raw, tiers, cost, dryRun, now);
+      } catch (failure) {
+        done(failure);
+        return;
+      }
+      done(undefined, decision);
     });
+    return undefined;
+  }
+
+  private decided(key: string, raw: RawReply, tiers: readonly Tier[], cost: number, dryRun: boolean, now: number | undefined): Decision {
+    const decision = toDecision(raw, tiers, cost, dryRun, this.shadow);
+    if (this.denyCache !== undefined) {
+      // With blockFor, only a blocked denial may be cached: another would answer the next check
+      // without the script that starts (or, once a block has ended, renews) the block.
+      if (!decision.allowed && (this.blockFor === 0 || decision.blocked)) {
+        this.denyCache.remember(key, decision, now ?? Date.now(), blockedMs(raw));
+      }
+      // Counting pushes back when a cached denial (of another cost) could first be allowed.
+      else if (decision.counted) this.denyCache.delete(key);
+    }
+    return decision;
   }
 
   private bounded<T>(promise: Promise<T>): Promise<T> {

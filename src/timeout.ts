@@ -1,14 +1,15 @@
+import { callEach } from './callback';
 import { RateLimitTimeoutError } from './errors';
 
 /** One bounded call: settled by its store reply or by its deadline, whichever comes first. */
-interface Pending {
+export interface Pending {
   readonly deadline: number;
   settled: boolean;
-  readonly reject: (error: Error) => void;
+  readonly expire: (error: Error) => void;
 }
 
 /** What a dropped slot holds, so the queue keeps no settled call alive. */
-const DROPPED: Pending = { deadline: 0, settled: true, reject: () => undefined };
+const DROPPED: Pending = { deadline: 0, settled: true, expire: () => undefined };
 
 /** Past this many dropped slots at the front, the queue is compacted. */
 const COMPACT_AFTER = 4096;
@@ -29,25 +30,37 @@ export class Deadlines {
 
   constructor(readonly timeoutMs: number) {}
 
+  /**
+   * Starts bounding a call: `expire` runs with a {@link RateLimitTimeoutError} once `timeoutMs`
+   * has passed, unless {@link finish} came first. The callback form spares the hot path a
+   * promise and its closures per check.
+   */
+  start(expire: (error: Error) => void): Pending {
+    const pending: Pending = { deadline: Date.now() + this.timeoutMs, settled: false, expire };
+    this.queue.push(pending);
+    if (this.timer === undefined) this.arm(this.timeoutMs);
+    else if (!this.holding) this.hold(true);
+    return pending;
+  }
+
+  /** Ends a call that got its answer: false when its deadline had already failed it (drop the answer then). */
+  finish(pending: Pending): boolean {
+    if (pending.settled) return false;
+    pending.settled = true;
+    this.dropSettled();
+    return true;
+  }
+
   /** Settles like `promise`, or rejects with a {@link RateLimitTimeoutError} once `timeoutMs` has passed. */
   bound<T>(promise: Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const pending: Pending = { deadline: Date.now() + this.timeoutMs, settled: false, reject };
-      this.queue.push(pending);
-      if (this.timer === undefined) this.arm(this.timeoutMs);
-      else if (!this.holding) this.hold(true);
+      const pending = this.start(reject);
       promise.then(
         (value) => {
-          if (pending.settled) return;
-          pending.settled = true;
-          this.dropSettled();
-          resolve(value);
+          if (this.finish(pending)) resolve(value);
         },
         (error: unknown) => {
-          if (pending.settled) return;
-          pending.settled = true;
-          this.dropSettled();
-          reject(error);
+          if (this.finish(pending)) reject(error);
         },
       );
     });
@@ -85,16 +98,22 @@ export class Deadlines {
     this.timer = undefined;
     const now = Date.now();
     const { queue } = this;
+    const expired: Pending[] = [];
     while (this.head < queue.length) {
       const pending = queue[this.head];
       if (!pending.settled && pending.deadline > now) break;
       queue[this.head++] = DROPPED;
       if (!pending.settled) {
         pending.settled = true;
-        pending.reject(new RateLimitTimeoutError(`rate limit store did not answer within ${this.timeoutMs} ms`));
+        expired.push(pending);
       }
     }
     this.dropSettled();
     if (this.head < this.queue.length) this.arm(Math.max(1, this.queue[this.head].deadline - now));
+    // Last, once the queue and timer are in order: a callback may run the app's own code (the
+    // HTTP path goes on to the next handler), and one that throws must not leave the rest waiting.
+    callEach(expired, (pending) =>
+      pending.expire(new RateLimitTimeoutError(`rate limit store did not answer within ${this.timeoutMs} ms`)),
+    );
   }
 }

@@ -132,15 +132,11 @@ export class HttpLimiter<Req, Res> {
   }
 
   private check(identifier: string, cost: number, tiers: readonly Tier[] | undefined, request: Req, response: Res, proceed: Proceed): void {
-    const decided = this.limiter.checkValidated(identifier, cost, tiers);
-    if (decided instanceof Promise) {
-      decided.then(
-        (decision) => this.answer(decision, identifier, request, response, proceed),
-        (error: unknown) => this.fail(error, request, response, proceed),
-      );
-    } else {
-      this.answer(decided, identifier, request, response, proceed);
-    }
+    const cached = this.limiter.checkValidated(identifier, cost, tiers, (error, decision) => {
+      if (decision === undefined) this.fail(error, request, response, proceed);
+      else this.answer(decision, identifier, request, response, proceed);
+    });
+    if (cached !== undefined) this.answer(cached, identifier, request, response, proceed);
   }
 
   private answer(decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {

@@ -1,5 +1,6 @@
 import { batchArgv, batchReply } from '../algorithms/prelude';
 import type { CheckScript, RawReply } from '../algorithms/types';
+import { callEach, type Done } from '../callback';
 
 /** Sends one script call for one key, or one batch call for several keys (see `checkLua` in `algorithms/prelude.ts`). */
 export interface BatchSender {
@@ -11,8 +12,7 @@ interface Entry {
   readonly script: CheckScript;
   readonly key: string;
   readonly argv: readonly (string | number)[];
-  readonly resolve: (reply: RawReply) => void;
-  readonly reject: (error: unknown) => void;
+  readonly done: Done<RawReply>;
 }
 
 /**
@@ -37,17 +37,16 @@ export class CheckBatcher {
 
   constructor(private readonly sender: BatchSender) {}
 
-  check(script: CheckScript, key: string, argv: readonly (string | number)[]): Promise<RawReply> {
-    return new Promise<RawReply>((resolve, reject) => {
-      this.pending.push({ script, key, argv, resolve, reject });
-      if (this.pending.length >= FLUSH_AT) {
-        this.flush();
-      } else if (!this.scheduled) {
-        this.scheduled = true;
-        // After the poll phase: every request read in this turn has had its check started by then.
-        setImmediate(this.flushTurn);
-      }
-    });
+  /** Queues a check; `done` gets its reply once its batch is answered. */
+  check(script: CheckScript, key: string, argv: readonly (string | number)[], done: Done<RawReply>): void {
+    this.pending.push({ script, key, argv, done });
+    if (this.pending.length >= FLUSH_AT) {
+      this.flush();
+    } else if (!this.scheduled) {
+      this.scheduled = true;
+      // After the poll phase: every request read in this turn has had its check started by then.
+      setImmediate(this.flushTurn);
+    }
   }
 
   private readonly flushTurn = (): void => {
@@ -73,7 +72,7 @@ export class CheckBatcher {
   private send(script: CheckScript, group: readonly Entry[]): void {
     if (group.length === 1) {
       const [only] = group;
-      this.sender.one(script, only.key, only.argv).then((reply) => only.resolve(reply as RawReply), only.reject);
+      this.sender.one(script, only.key, only.argv).then((reply) => only.done(undefined, reply as RawReply), only.done);
       return;
     }
     const keys: string[] = new Array(group.length);
@@ -83,13 +82,21 @@ export class CheckBatcher {
       keys[i] = group[i].key;
       argv[i + 1] = batchArgv(group[i].argv);
     }
+    // Each answer may run the app's own code (the HTTP path goes on to the next handler): one
+    // that throws must not leave the rest of the batch unanswered.
     this.sender.many(script, keys, argv).then(
-      (replies) => {
-        for (let i = 0; i < group.length; i++) group[i].resolve(batchReply(String((replies as unknown[])[i])));
-      },
-      (error: unknown) => {
-        for (const entry of group) entry.reject(error);
-      },
+      (replies) =>
+        callEach(group, (entry, i) => {
+          let reply: RawReply;
+          try {
+            reply = batchReply(String((replies as unknown[])[i]));
+          } catch (error) {
+            entry.done(error);
+            return;
+          }
+          entry.done(undefined, reply);
+        }),
+      (error: unknown) => callEach(group, (entry) => entry.done(error)),
     );
   }
 }

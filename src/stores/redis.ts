@@ -1,5 +1,6 @@
 import { scriptArgv } from '../algorithms/prelude';
 import type { AlgorithmScripts, RawReply, Script } from '../algorithms/types';
+import type { Done } from '../callback';
 import { OptionError, StoreUnavailableError } from '../errors';
 import { checkOptions, keysOf } from '../options/validate';
 import { CheckBatcher } from './batch';
@@ -13,7 +14,7 @@ import {
   unsupportedNodeRedis,
 } from './node-redis';
 import type { RedisClientAdapter } from './redis-client';
-import type { Store, StoreCheck, StoreRefund } from './types';
+import type { CallbackStore, StoreCheck, StoreRefund } from './types';
 
 /** A Redis client a {@link RedisStore} runs on: ioredis (or an API-compatible fork) or node-redis. */
 export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster;
@@ -44,7 +45,7 @@ const OPTIONS = keysOf<RedisStoreOptions>({ client: true });
  * one event-loop turn share one `EVALSHA` of the batch script. Each identifier is one key, so
  * every check touches a single Cluster slot.
  */
-export class RedisStore implements Store {
+export class RedisStore implements CallbackStore {
   readonly client: RedisStoreClient;
   readonly needsTimeout = true;
   private readonly redis: RedisClientAdapter;
@@ -67,12 +68,19 @@ export class RedisStore implements Store {
           });
   }
 
-  check(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, blockFor, tiers }: StoreCheck): Promise<RawReply> {
+  check(scripts: AlgorithmScripts, key: string, check: StoreCheck): Promise<RawReply> {
+    return new Promise((resolve, reject) => {
+      this.checkThen(scripts, key, check, (error, reply) => (reply === undefined ? reject(error) : resolve(reply)));
+    });
+  }
+
+  /** {@link check} with a callback: the limiter's hot path, which builds no promise per check. */
+  checkThen(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, blockFor, tiers }: StoreCheck, done: Done<RawReply>): void {
     const argv = scriptArgv(now, cost, dryRun, blockFor, tiers);
-    if (this.batcher === undefined) return this.run(scripts.check, key, argv);
     const unavailable = this.redis.unavailable();
-    if (unavailable !== undefined) return Promise.reject(new StoreUnavailableError(unavailable));
-    return this.batcher.check(scripts.check, key, argv);
+    if (unavailable !== undefined) done(new StoreUnavailableError(unavailable));
+    else if (this.batcher !== undefined) this.batcher.check(scripts.check, key, argv, done);
+    else this.redis.run(scripts.check, key, argv).then((reply) => done(undefined, reply as RawReply), done);
   }
 
   refund(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, countedAt, tiers }: StoreRefund): Promise<RawReply> {
