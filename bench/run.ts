@@ -9,6 +9,8 @@
  * Environment:
  * - BENCH_DURATION  seconds measured per cell (default 4)
  * - BENCH_WARMUP    seconds of load before a cell's first measurement, not counted (default 1)
+ * - BENCH_WARM_AT_START  seconds of load each server gets as soon as it has started, before any cell is
+ *                   measured (default 1; 0 for none): see START_WARMUP below
  * - BENCH_ROUNDS    measurements per cell, interleaved (default 2); the best is reported
  * - BENCH_CONNECTIONS  wrk connections (default 64)
  * - BENCH_PIN       `1` (default): server on CPU 0, wrk and redis-server on CPU 1 (when there are 2+ CPUs); `0`: no pinning
@@ -35,6 +37,14 @@ import { describeWrk, runWrk, type Traffic, type WrkResult } from './wrk';
 const ROOT = resolve(__dirname, '..');
 const DURATION = Number(process.env.BENCH_DURATION ?? 4);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
+/**
+ * Load for every server right after it starts. Servers of a scenario start together and most
+ * wait for their turn; a server holding a Redis connection whose first traffic came only after
+ * it had idled long enough for V8's memory reducer (about 10 s) answered 20 to 30 % slower for
+ * as long as it ran, while one that got traffic at start and then idled did not (README,
+ * Performance). Warming each at start keeps a cell's figure from depending on how long it waited.
+ */
+const START_WARMUP = Number(process.env.BENCH_WARM_AT_START ?? 1);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const CPU_COUNT = cpus().length;
@@ -342,7 +352,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     `| libraries | ioredis ${version('ioredis')}, node-redis (\`redis\`) ${version('redis')}, express-rate-limit ${version('express-rate-limit')}, rate-limit-redis ${version('rate-limit-redis')}, rate-limiter-flexible ${version('rate-limiter-flexible')}, @fastify/rate-limit ${version('@fastify/rate-limit')} |`,
   );
   lines.push(
-    `| load generator | wrk ${wrkVersion()}, a separate C process (not in the server's event loop): \`${wrkLine}\`; before a cell's first round, ${WARMUP} s of unmeasured warm-up load. (b): each request's \`x-id\` drawn at random from ${IDS.toLocaleString('en-US')} ids by a Lua \`request()\`; (c): a Lua \`response()\` counts the statuses, in every cell of (c), bare included |`,
+    `| load generator | wrk ${wrkVersion()}, a separate C process (not in the server's event loop): \`${wrkLine}\`; ${START_WARMUP > 0 ? `${START_WARMUP} s of unmeasured load for each server as soon as it has started (before the others start), and ` : ''}before a cell's first round, ${WARMUP} s of unmeasured warm-up load. (b): each request's \`x-id\` drawn at random from ${IDS.toLocaleString('en-US')} ids by a Lua \`request()\`; (c): a Lua \`response()\` counts the statuses, in every cell of (c), bare included |`,
   );
   lines.push(`| pinning | ${PIN ? 'server process on CPU 0 (`taskset -c 0`); wrk and redis-server on CPU 1' : 'none'} |`);
   lines.push(
@@ -488,7 +498,7 @@ async function main(): Promise<void> {
     }
   }
   log(
-    `redis-server ${redisVersion} on port ${redis.port}${PIN ? ' (CPU 1)' : ''}; wrk: ${describeWrk({ threads: 1, connections: CONNECTIONS, durationSeconds: DURATION, cpus: LOAD_CPUS })}, warm-up ${WARMUP} s, ${ROUNDS} round(s)`,
+    `redis-server ${redisVersion} on port ${redis.port}${PIN ? ' (CPU 1)' : ''}; wrk: ${describeWrk({ threads: 1, connections: CONNECTIONS, durationSeconds: DURATION, cpus: LOAD_CPUS })}, warm-up ${START_WARMUP} s at start and ${WARMUP} s before a cell's first round, ${ROUNDS} round(s)`,
   );
 
   const cells: Cell[] = [];
@@ -512,7 +522,20 @@ async function main(): Promise<void> {
       if (wanted.length === 0) continue;
       await admin.flushall();
       for (const { framework, limiter } of wanted) {
-        servers.push(await startServer(framework, limiter, limit, redis.port));
+        const server = await startServer(framework, limiter, limit, redis.port);
+        servers.push(server);
+        const first = scenarios.find((s) => selected(framework, limiter, s.id));
+        if (START_WARMUP > 0 && first !== undefined) {
+          await runWrk({
+            url: `http://127.0.0.1:${server.port}/`,
+            traffic: first.traffic,
+            threads: 1,
+            connections: CONNECTIONS,
+            countStatuses: false,
+            cpus: LOAD_CPUS,
+            durationSeconds: START_WARMUP,
+          });
+        }
       }
       for (const scenario of scenarios) {
         const order = servers.filter((s) => selected(s.framework, s.limiter, scenario.id));
