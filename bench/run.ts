@@ -8,9 +8,7 @@
  *
  * Environment:
  * - BENCH_DURATION  seconds measured per cell (default 4)
- * - BENCH_WARMUP    seconds of load before a cell's first measurement, not counted (default 1)
- * - BENCH_WARM_AT_START  seconds of load each server gets as soon as it has started, before any cell is
- *                   measured (default 1; 0 for none): see START_WARMUP below
+ * - BENCH_WARMUP    seconds of load before each measurement, on the round's fresh server, not counted (default 2)
  * - BENCH_ROUNDS    measurements per cell, interleaved (default 2); the best is reported
  * - BENCH_CONNECTIONS  wrk connections (default 64)
  * - BENCH_PIN       `1` (default): server on CPU 0, wrk and redis-server on CPU 1 (when there are 2+ CPUs); `0`: no pinning
@@ -36,15 +34,7 @@ import { describeWrk, runWrk, type Traffic, type WrkResult } from './wrk';
 
 const ROOT = resolve(__dirname, '..');
 const DURATION = Number(process.env.BENCH_DURATION ?? 4);
-const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
-/**
- * Load for every server right after it starts. Servers of a scenario start together and most
- * wait for their turn; a server holding a Redis connection whose first traffic came only after
- * it had idled long enough for V8's memory reducer (about 10 s) answered 20 to 30 % slower for
- * as long as it ran, while one that got traffic at start and then idled did not (README,
- * Performance). Warming each at start keeps a cell's figure from depending on how long it waited.
- */
-const START_WARMUP = Number(process.env.BENCH_WARM_AT_START ?? 1);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const CPU_COUNT = cpus().length;
@@ -352,11 +342,11 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     `| libraries | ioredis ${version('ioredis')}, node-redis (\`redis\`) ${version('redis')}, express-rate-limit ${version('express-rate-limit')}, rate-limit-redis ${version('rate-limit-redis')}, rate-limiter-flexible ${version('rate-limiter-flexible')}, @fastify/rate-limit ${version('@fastify/rate-limit')} |`,
   );
   lines.push(
-    `| load generator | wrk ${wrkVersion()}, a separate C process (not in the server's event loop): \`${wrkLine}\`; ${START_WARMUP > 0 ? `${START_WARMUP} s of unmeasured load for each server as soon as it has started (before the others start), and ` : ''}before a cell's first round, ${WARMUP} s of unmeasured warm-up load. (b): each request's \`x-id\` drawn at random from ${IDS.toLocaleString('en-US')} ids by a Lua \`request()\`; (c): a Lua \`response()\` counts the statuses, in every cell of (c), bare included |`,
+    `| load generator | wrk ${wrkVersion()}, a separate C process (not in the server's event loop): \`${wrkLine}\`; before each round, ${WARMUP} s of unmeasured warm-up load on the round's fresh server. (b): each request's \`x-id\` drawn at random from ${IDS.toLocaleString('en-US')} ids by a Lua \`request()\`; (c): a Lua \`response()\` counts the statuses, in every cell of (c), bare included |`,
   );
   lines.push(`| pinning | ${PIN ? 'server process on CPU 0 (`taskset -c 0`); wrk and redis-server on CPU 1' : 'none'} |`);
   lines.push(
-    `| method | ${ROUNDS} round(s) of ${DURATION} s per cell; each round runs every cell of a scenario in turn (order reversed every other round), and the best round (highest requests/s) of each cell is reported with its own latencies and CPU figures. Ratio = requests/s ÷ the bare framework's (best round) in the same run. Server CPU µs/request = the server process's CPU time (from /proc) ÷ requests answered; the "CPU ratio" below uses the lowest of the rounds |`,
+    `| method | ${ROUNDS} round(s) of ${DURATION} s per cell; each round runs every cell of a scenario in turn (order reversed every other round), each in a server process of its own (started, warmed up, measured, stopped: a long-lived server's speed depends on its history, see the notes), and the best round (highest requests/s) of each cell is reported with its own latencies and CPU figures. Ratio = requests/s ÷ the bare framework's (best round) in the same run. Server CPU µs/request = the server process's CPU time (from /proc) ÷ requests answered; the "CPU ratio" below uses the lowest of the rounds |`,
   );
   lines.push(
     `| other load | other processes used ${meanOther.toFixed(2)} cores on average during the measurements (at most ${maxOther.toFixed(2)}), measured from /proc/stat minus the CPU time of the bench's own server, redis-server and wrk; load average ${meta.loadBefore.map((n) => n.toFixed(2)).join(' / ')} before the run |`,
@@ -498,7 +488,7 @@ async function main(): Promise<void> {
     }
   }
   log(
-    `redis-server ${redisVersion} on port ${redis.port}${PIN ? ' (CPU 1)' : ''}; wrk: ${describeWrk({ threads: 1, connections: CONNECTIONS, durationSeconds: DURATION, cpus: LOAD_CPUS })}, warm-up ${START_WARMUP} s at start and ${WARMUP} s before a cell's first round, ${ROUNDS} round(s)`,
+    `redis-server ${redisVersion} on port ${redis.port}${PIN ? ' (CPU 1)' : ''}; wrk: ${describeWrk({ threads: 1, connections: CONNECTIONS, durationSeconds: DURATION, cpus: LOAD_CPUS })}, warm-up ${WARMUP} s, ${ROUNDS} round(s), a fresh server per round`,
   );
 
   const cells: Cell[] = [];
@@ -512,35 +502,24 @@ async function main(): Promise<void> {
   });
 
   try {
-    // Scenarios sharing a limit share servers: (a) and (b) one set, (c) another.
+    // Every round runs in a server process of its own: started, warmed up, measured, stopped. A
+    // long-lived server's speed depends on its history: one holding a Redis connection whose first
+    // traffic came after it had idled long enough for V8's memory reducer (about 10 s) answered 20
+    // to 30 % slower for as long as it ran, and a bare server once turned about 40 % slower mid-run
+    // and stayed so (README, Performance). Fresh processes keep rounds independent, so the best
+    // round of a cell is not bound to one process's luck.
     const limits = [...new Set(SCENARIOS.map((s) => s.limit))];
     for (const limit of limits) {
       const scenarios = SCENARIOS.filter((s) => s.limit === limit);
-      const wanted = CONFIGS.flatMap(({ framework, limiters }) =>
-        limiters.filter((limiter) => scenarios.some((s) => selected(framework, limiter, s.id))).map((limiter) => ({ framework, limiter })),
-      );
-      if (wanted.length === 0) continue;
+      if (!CONFIGS.some(({ framework, limiters }) => limiters.some((limiter) => scenarios.some((s) => selected(framework, limiter, s.id)))))
+        continue;
       await admin.flushall();
-      for (const { framework, limiter } of wanted) {
-        const server = await startServer(framework, limiter, limit, redis.port);
-        servers.push(server);
-        const first = scenarios.find((s) => selected(framework, limiter, s.id));
-        if (START_WARMUP > 0 && first !== undefined) {
-          await runWrk({
-            url: `http://127.0.0.1:${server.port}/`,
-            traffic: first.traffic,
-            threads: 1,
-            connections: CONNECTIONS,
-            countStatuses: false,
-            cpus: LOAD_CPUS,
-            durationSeconds: START_WARMUP,
-          });
-        }
-      }
       for (const scenario of scenarios) {
-        const order = servers.filter((s) => selected(s.framework, s.limiter, scenario.id));
-        const scenarioCells = order.map((s) => {
-          const cell: Cell = { scenario, framework: s.framework, limiter: s.limiter, runs: [] };
+        const order = CONFIGS.flatMap(({ framework, limiters }) =>
+          limiters.filter((limiter) => selected(framework, limiter, scenario.id)).map((limiter) => ({ framework, limiter })),
+        );
+        const scenarioCells = order.map(({ framework, limiter }) => {
+          const cell: Cell = { scenario, framework, limiter, runs: [] };
           cells.push(cell);
           return cell;
         });
@@ -548,47 +527,50 @@ async function main(): Promise<void> {
           const indices = order.map((_, i) => i);
           if (round % 2 === 1) indices.reverse();
           for (const i of indices) {
-            const server = order[i];
-            const url = `http://127.0.0.1:${server.port}/`;
-            const common = {
-              url,
-              traffic: scenario.traffic,
-              threads: 1,
-              connections: CONNECTIONS,
-              countStatuses: scenario.countStatuses,
-              cpus: LOAD_CPUS,
-            };
-            // Warm-up (JIT, connection pools) once per server and scenario: later rounds find it warm.
-            if (WARMUP > 0 && round === 0) await runWrk({ ...common, durationSeconds: WARMUP });
-            const pid = server.child.pid!;
-            const before = {
-              at: process.hrtime.bigint(),
-              busy: machineBusy(),
-              server: processCpu(pid),
-              redis: processCpu(redisPid),
-              self: process.cpuUsage(),
-            };
-            const result = await runWrk({ ...common, durationSeconds: DURATION });
-            const wall = Number(process.hrtime.bigint() - before.at) / 1e9;
-            const self = process.cpuUsage(before.self);
-            const server_ = processCpu(pid) - before.server;
-            const redis_ = processCpu(redisPid) - before.redis;
-            const other = machineBusy() - before.busy - server_ - redis_ - result.cpuSeconds - (self.user + self.system) / 1e6;
-            const cpu: CpuShare = {
-              server: server_ / wall,
-              redis: redis_ / wall,
-              wrk: result.cpuSeconds / wall,
-              other: Math.max(0, other) / wall,
-              serverUsPerRequest: (server_ * 1e6) / result.requests,
-            };
-            scenarioCells[i].runs.push({ ...result, cpu });
-            log(
-              `${scenario.id} round ${round + 1}/${ROUNDS} ${server.framework.padEnd(7)} ${server.limiter.padEnd(4)} ${fmtRps(result.requestsPerSecond).padStart(7)} req/s  p50 ${fmtMs(result.p50Us)} ms  p99 ${fmtMs(result.p99Us)} ms  CPU server/redis/wrk/other ${fmtCpu(cpu)}  server ${cpu.serverUsPerRequest.toFixed(1)} µs/req  ${statusMix(result)}`,
-            );
+            const server = await startServer(order[i].framework, order[i].limiter, limit, redis.port);
+            servers.push(server);
+            try {
+              const common = {
+                url: `http://127.0.0.1:${server.port}/`,
+                traffic: scenario.traffic,
+                threads: 1,
+                connections: CONNECTIONS,
+                countStatuses: scenario.countStatuses,
+                cpus: LOAD_CPUS,
+              };
+              if (WARMUP > 0) await runWrk({ ...common, durationSeconds: WARMUP });
+              const pid = server.child.pid!;
+              const before = {
+                at: process.hrtime.bigint(),
+                busy: machineBusy(),
+                server: processCpu(pid),
+                redis: processCpu(redisPid),
+                self: process.cpuUsage(),
+              };
+              const result = await runWrk({ ...common, durationSeconds: DURATION });
+              const wall = Number(process.hrtime.bigint() - before.at) / 1e9;
+              const self = process.cpuUsage(before.self);
+              const server_ = processCpu(pid) - before.server;
+              const redis_ = processCpu(redisPid) - before.redis;
+              const other = machineBusy() - before.busy - server_ - redis_ - result.cpuSeconds - (self.user + self.system) / 1e6;
+              const cpu: CpuShare = {
+                server: server_ / wall,
+                redis: redis_ / wall,
+                wrk: result.cpuSeconds / wall,
+                other: Math.max(0, other) / wall,
+                serverUsPerRequest: (server_ * 1e6) / result.requests,
+              };
+              scenarioCells[i].runs.push({ ...result, cpu });
+              log(
+                `${scenario.id} round ${round + 1}/${ROUNDS} ${server.framework.padEnd(7)} ${server.limiter.padEnd(4)} ${fmtRps(result.requestsPerSecond).padStart(7)} req/s  p50 ${fmtMs(result.p50Us)} ms  p99 ${fmtMs(result.p99Us)} ms  CPU server/redis/wrk/other ${fmtCpu(cpu)}  server ${cpu.serverUsPerRequest.toFixed(1)} µs/req  ${statusMix(result)}`,
+              );
+            } finally {
+              servers.splice(servers.indexOf(server), 1);
+              await stopServer(server);
+            }
           }
         }
       }
-      await stopAll();
     }
   } finally {
     await stopAll();
