@@ -13,8 +13,8 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { constants, PerformanceObserver } from 'node:perf_hooks';
 import Redis from 'ioredis';
-import type { HttpPort } from '../src/http/handler';
 import { startRedis } from '../support/redis-server';
+import { sinkPort } from './sink-port';
 
 const REQUESTS = 400_000;
 const IN_FLIGHT = 64;
@@ -28,19 +28,9 @@ async function measure(port: number): Promise<void> {
   const { RedisStore } = require('../src/stores/redis') as typeof import('../src/stores/redis');
   const client = new Redis({ host: '127.0.0.1', port, enableOfflineQueue: false, maxRetriesPerRequest: 1 });
   await new Promise((resolve) => client.once('ready', resolve));
-  const sink: HttpPort<Request, Response> = {
-    setHeader(target, name, value) {
-      target[name] = value;
-    },
-    attach() {},
-    deny: (_request, _response, _denial, proceed) => proceed(),
-    unavailable() {},
-    whenDone() {},
-    statusOf: () => 200,
-  };
   const http = new HttpLimiter<Request, Response>(
     { store: new RedisStore({ client }), limit: 1e9, window: '1m', prefix: `alloc-${Date.now()}`, identify: (request) => request.id },
-    sink,
+    sinkPort<Request>(),
   );
   const response: Response = {};
   const run = (count: number): Promise<void> =>
@@ -81,7 +71,7 @@ async function measure(port: number): Promise<void> {
 
 async function main(): Promise<void> {
   const { compileForBench } = require('./compile') as typeof import('./compile');
-  const build = compileForBench(['allocations.ts'], undefined, ['support/redis-server.ts']);
+  const build = compileForBench(['allocations.ts', 'sink-port.ts'], undefined, ['support/redis-server.ts']);
   const redis = await startRedis();
   try {
     const result = spawnSync(process.execPath, ['--max-semi-space-size=1', join(build, 'bench', 'allocations.js'), String(redis.port)], {

@@ -17,11 +17,12 @@ import { join } from 'node:path';
 import Redis from 'ioredis';
 import { createClient } from 'redis';
 import { ALGORITHMS } from '../src/algorithms';
-import { HttpLimiter, type HttpPort } from '../src/http/handler';
+import { HttpLimiter } from '../src/http/handler';
 import { createLimiter } from '../src/limiter';
 import { RedisStore, type RedisStoreClient } from '../src/stores/redis';
 import { processCpu } from '../support/process-cpu';
 import { startRedis } from '../support/redis-server';
+import { sinkPort } from './sink-port';
 
 const OPERATIONS = Number(process.env.BENCH_OPERATIONS ?? 50_000);
 const IN_FLIGHT = 64;
@@ -107,17 +108,7 @@ async function main(): Promise<void> {
       const limiter = createLimiter({ store, limit: 1e9, window: '1m', prefix: `${run}-limiter` });
       const identify = (request: { headers: Record<string, string> }): string => request.headers['x-id'];
       const headers: Record<string, string> = {};
-      // A port that sends nothing, so only the shared HTTP path is measured: every outcome ends in `proceed`.
-      const port: HttpPort<typeof request, Record<string, string>> = {
-        setHeader(target, name, value) {
-          target[name] = value;
-        },
-        attach() {},
-        deny: (_request, _response, _denial, proceed) => proceed(),
-        unavailable() {},
-        whenDone() {},
-        statusOf: () => 200,
-      };
+      const port = sinkPort<typeof request>();
       const allow = new HttpLimiter({ store, limit: 1e9, window: '1m', prefix: `${run}-allow`, identify }, port);
       const deny = new HttpLimiter({ store, limit: 1, window: '1m', prefix: `${run}-deny`, identify }, port);
       const request = { headers: { 'x-id': 'user:1' } };
@@ -171,7 +162,7 @@ function relaunchCompiled(): boolean {
   if (!(require('node:events') as { usingDomains?: boolean }).usingDomains) return false;
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const { compileForBench } = require('./compile') as typeof import('./compile');
-  const build = compileForBench(['micro.ts'], undefined, ['support/redis-server.ts', 'support/process-cpu.ts']);
+  const build = compileForBench(['micro.ts', 'sink-port.ts'], undefined, ['support/redis-server.ts', 'support/process-cpu.ts']);
   const result = spawnSync(process.execPath, [join(build, 'bench', 'micro.js')], { stdio: 'inherit' });
   process.exitCode = result.status ?? 1;
   return true;

@@ -15,7 +15,8 @@ import {
   validateCost,
 } from './options/limiter';
 import { checkOptions, describeValue, keysOf } from './options/validate';
-import { type CallbackStore, checkWithCallback, type Store } from './stores/types';
+import { type CallbackStore, checkWithCallback } from './stores/callback';
+import type { Store } from './stores/types';
 import { Deadlines } from './timeout';
 import type { CheckOptions, Decision, Limiter, LimiterOptions } from './types';
 

@@ -4,6 +4,7 @@ import type { Done } from '../callback';
 import { OptionError, StoreUnavailableError } from '../errors';
 import { checkOptions, keysOf } from '../options/validate';
 import { CheckBatcher } from './batch';
+import type { CallbackStore } from './callback';
 import { type IoredisClient, ioredisAdapter, isIoredisClient } from './ioredis';
 import {
   isNodeRedisClient,
@@ -14,7 +15,7 @@ import {
   unsupportedNodeRedis,
 } from './node-redis';
 import type { RedisClientAdapter } from './redis-client';
-import type { CallbackStore, StoreCheck, StoreRefund } from './types';
+import type { StoreCheck, StoreRefund } from './types';
 
 /** A Redis client a {@link RedisStore} runs on: ioredis (or an API-compatible fork) or node-redis. */
 export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster;
