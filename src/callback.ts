@@ -9,6 +9,11 @@
  */
 export type Done<T> = (error: unknown, value?: T) => void;
 
+/** A `Done` that settles a promise: the value resolves it, an error alone rejects it. */
+export function settling<T>(resolve: (value: T) => void, reject: (error: unknown) => void): Done<T> {
+  return (error, value) => (value === undefined ? reject(error) : resolve(value));
+}
+
 /** Calls `call` on every item, even when one throws; the first error is thrown once all have run. */
 export function callEach<T>(items: readonly T[], call: (item: T, index: number) => void): void {
   let failed = false;

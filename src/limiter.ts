@@ -1,6 +1,6 @@
 import { ALGORITHMS } from './algorithms';
 import type { AlgorithmName, AlgorithmScripts, RawReply, Tier } from './algorithms/types';
-import type { Done } from './callback';
+import { type Done, settling } from './callback';
 import { blockedMs, toDecision } from './decision';
 import { DenyCache } from './deny-cache';
 import { OptionError } from './errors';
@@ -131,9 +131,7 @@ export class RateLimiter implements Limiter {
       return Promise.reject(error);
     }
     return new Promise((resolve, reject) => {
-      const cached = this.decide(key, cost, tiers, dryRun, (error, decision) =>
-        decision === undefined ? reject(error) : resolve(decision),
-      );
+      const cached = this.decide(key, cost, tiers, dryRun, settling(resolve, reject));
       if (cached !== undefined) resolve(cached);
     });
   }

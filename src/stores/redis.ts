@@ -1,6 +1,6 @@
 import { scriptArgv } from '../algorithms/prelude';
 import type { AlgorithmScripts, RawReply, Script } from '../algorithms/types';
-import type { Done } from '../callback';
+import { type Done, settling } from '../callback';
 import { OptionError, StoreUnavailableError } from '../errors';
 import { checkOptions, keysOf } from '../options/validate';
 import { CheckBatcher } from './batch';
@@ -70,9 +70,7 @@ export class RedisStore implements CallbackStore {
   }
 
   check(scripts: AlgorithmScripts, key: string, check: StoreCheck): Promise<RawReply> {
-    return new Promise((resolve, reject) => {
-      this.checkThen(scripts, key, check, (error, reply) => (reply === undefined ? reject(error) : resolve(reply)));
-    });
+    return new Promise((resolve, reject) => this.checkThen(scripts, key, check, settling(resolve, reject)));
   }
 
   /** {@link check} with a callback: the limiter's hot path, which builds no promise per check. */
