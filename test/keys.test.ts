@@ -70,6 +70,22 @@ describe('keyFor', () => {
     expect(limiter.keyFor(`${'x'.repeat(128)}y`)).not.toBe(key);
     expect(createLimiter({ prefix: 'other' }).keyFor(long)).toBe(`other:${key.slice('api:'.length)}`);
   });
+
+  test('each identifier gets its own key in any order of asking, the same key asked twice in a row, and a non-string still throws', () => {
+    const limiter = createLimiter({ prefix: 'api' });
+    const sequence = ['a', 'a', 'b', '', '', 'a', 'x'.repeat(129), 'x'.repeat(129), 'lone \ud800', 'lone \ud800', 'b'];
+    const fresh = createLimiter({ prefix: 'api' });
+    for (const identifier of sequence) {
+      // A fresh limiter per identifier has nothing remembered from an earlier call.
+      expect(limiter.keyFor(identifier)).toBe(createLimiter({ prefix: 'api' }).keyFor(identifier));
+    }
+    expect(limiter.keyFor('')).toBe('api:');
+    expect(fresh.keyFor('')).toBe('api:');
+    for (const bad of [undefined, null, 42]) {
+      expect(() => limiter.keyFor(bad as unknown as string)).toThrow(/identifier: must be a string/);
+      expect(() => fresh.keyFor(bad as unknown as string)).toThrow(/identifier: must be a string/);
+    }
+  });
 });
 
 describe.each(ALGORITHMS)('%s keys in Redis', (algorithm) => {
