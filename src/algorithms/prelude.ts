@@ -103,7 +103,8 @@ const LUA_ARGS = 'local now, cost, dry, extra, tiers, limits, windows, longest =
  * only) and its check `body` (Lua that reads `key` and the locals of {@link LUA_ARGS}, and
  * returns the reply): `lua` checks `KEYS[1]` with ARGV; `batchLua` checks every key of `KEYS`
  * in one call. A batch's ARGV is [dry-run override ('1' makes every check a dry run), then per
- * key its arguments joined by commas], and it answers per key the reply's numbers joined by
+ * key its arguments joined by commas, or those arguments once when every key has the same (the
+ * usual batch: one cost, the limiter's tiers, Redis's clock)], and it answers per key the reply's numbers joined by
  * commas: one string each way per check is far cheaper for a client to encode and decode than
  * a dozen numbers (bench/micro.ts).
  */
@@ -117,10 +118,16 @@ end
   return {
     lua: `${check}return check(KEYS[1], ARGV)\n`,
     batchLua: `${check}local replies, formats = {}, {}
+-- ARGV: 1: '1' makes every check a dry run; 2, 3, ...: each key's arguments, or, when ARGV[2] is
+-- the only one, the arguments every key shares (read once).
+local shared = #ARGV == 2
+local argv
 for k = 1, #KEYS do
-  local argv = {}
-  for field in string.gmatch(ARGV[k + 1] .. ',', '([^,]*),') do argv[#argv + 1] = field end
-  if ARGV[1] == '1' then argv[3] = '1' end
+  if k == 1 or not shared then
+    argv = {}
+    for field in string.gmatch(ARGV[k + 1] .. ',', '([^,]*),') do argv[#argv + 1] = field end
+    if ARGV[1] == '1' then argv[3] = '1' end
+  end
   local reply = check(KEYS[k], argv)
   -- One string.format per reply ('%d,%d,...,%d', made once per reply length) rather than one per number.
   local format = formats[#reply]

@@ -76,11 +76,20 @@ export class CheckBatcher {
       return;
     }
     const keys: string[] = new Array(group.length);
-    const argv: string[] = new Array(group.length + 1);
-    argv[0] = '0';
+    // The store hands out one arguments array while a check's inputs repeat: checks holding the
+    // same one send it once (fewer arguments for the client to encode and for Redis to parse).
+    const first = group[0].argv;
+    let shared = true;
     for (let i = 0; i < group.length; i++) {
       keys[i] = group[i].key;
-      argv[i + 1] = batchArgv(group[i].argv);
+      if (group[i].argv !== first) shared = false;
+    }
+    let argv: string[];
+    if (shared) argv = ['0', batchArgv(first)];
+    else {
+      argv = new Array(group.length + 1);
+      argv[0] = '0';
+      for (let i = 0; i < group.length; i++) argv[i + 1] = batchArgv(group[i].argv);
     }
     // Each answer may run the app's own code (the HTTP path goes on to the next handler): one
     // that throws must not leave the rest of the batch unanswered.

@@ -5,6 +5,7 @@ import { OptionError, StoreUnavailableError } from '../errors';
 import { checkOptions, keysOf } from '../options/validate';
 import { CheckBatcher } from './batch';
 import type { CallbackStore } from './callback';
+import { RepeatedCheckArgv } from './check-argv';
 import { type IoredisClient, ioredisAdapter, isIoredisClient } from './ioredis';
 import {
   isNodeRedisClient,
@@ -52,6 +53,7 @@ export class RedisStore implements CallbackStore {
   private readonly redis: RedisClientAdapter;
   /** Gathers the checks of one event-loop turn into one call, where the client allows it (not a Cluster). */
   private readonly batcher: CheckBatcher | undefined;
+  private readonly checkArgv = new RepeatedCheckArgv();
 
   constructor(options: RedisStoreOptions) {
     checkOptions(options, OPTIONS, 'RedisStore');
@@ -75,7 +77,7 @@ export class RedisStore implements CallbackStore {
 
   /** {@link check} with a callback: the limiter's hot path, which builds no promise per check. */
   checkThen(scripts: AlgorithmScripts, key: string, { now, cost, dryRun, blockFor, tiers }: StoreCheck, done: Done<RawReply>): void {
-    const argv = scriptArgv(now, cost, dryRun, blockFor, tiers);
+    const argv = this.checkArgv.argv(now, cost, dryRun, blockFor, tiers);
     const unavailable = this.redis.unavailable();
     if (unavailable !== undefined) done(new StoreUnavailableError(unavailable));
     else if (this.batcher !== undefined) this.batcher.check(scripts.check, key, argv, done);

@@ -376,6 +376,7 @@ describe.each(ALGORITHMS)('%s: the batch script against the TypeScript twin', (a
     const random = seeded(0xba7c4 + ALGORITHMS.indexOf(algorithm));
     let compared = 0;
     let batches = 0;
+    let sharedBatches = 0;
     for (let config = 0; config < 6; config++) {
       const tiers = randomTiers(random, algorithm);
       const keys = Array.from({ length: 4 }, (_, i) => `${uniquePrefix('batch')}:k${i}`);
@@ -384,14 +385,17 @@ describe.each(ALGORITHMS)('%s: the batch script against the TypeScript twin', (a
       const blockFor = config % 2 === 0 ? 0 : 1 + Math.floor(random() * 1_000);
       for (let step = 0; step < 40; step++) {
         now = nextTime(now, tiers, random);
+        // Some batches have one set of arguments for every key, sent once (ARGV[2] alone).
+        const shared = random() < 0.3 ? { cost: randomCost(random, tiers), dryRun: random() < 0.15 } : undefined;
         const entries = Array.from({ length: 1 + Math.floor(random() * 6) }, () => ({
           key: keys[Math.floor(random() * keys.length)],
-          cost: randomCost(random, tiers),
-          dryRun: random() < 0.15,
+          cost: shared?.cost ?? randomCost(random, tiers),
+          dryRun: shared?.dryRun ?? random() < 0.15,
         }));
         const dryAll = random() < 0.1;
-        const argv: string[] = [dryAll ? '1' : '0'];
-        for (const entry of entries) argv.push(batchArgv(scriptArgv(now, entry.cost, entry.dryRun, blockFor, tiers)));
+        const perKey = entries.map((entry) => batchArgv(scriptArgv(now, entry.cost, entry.dryRun, blockFor, tiers)));
+        const argv = [dryAll ? '1' : '0', ...(shared === undefined ? perKey : [perKey[0]])];
+        if (shared !== undefined && entries.length > 1) sharedBatches++;
         const multi = client.multi().eval(check.batchLua, entries.length, ...entries.map((entry) => entry.key), ...argv);
         for (const key of keys) multi.persist(key);
         const results = (await multi.exec())!;
@@ -415,6 +419,7 @@ describe.each(ALGORITHMS)('%s: the batch script against the TypeScript twin', (a
       }
     }
     expect(batches).toBe(6 * 40);
+    expect(sharedBatches).toBeGreaterThan(30);
     expect(compared).toBeGreaterThan(500);
   });
 });

@@ -19,6 +19,8 @@ let monitor: Redis;
 let seen: Record<string, number> = {};
 /** The same for the commands the scripts themselves call. */
 let seenInScripts: Record<string, number> = {};
+/** How many ARGV each EVALSHA seen carried (after the SHA, the key count and the keys). */
+let evalshaArgv: number[] = [];
 beforeAll(async () => {
   server = await startRedis();
   admin = new Redis(server.url);
@@ -41,6 +43,7 @@ beforeAll(async () => {
     }
     const name = args[0].toLowerCase();
     seen[name] = (seen[name] ?? 0) + 1;
+    if (name === 'evalsha') evalshaArgv.push(args.length - 3 - Number(args[2]));
   });
   await admin.echo('admin');
 });
@@ -55,6 +58,7 @@ async function reset(): Promise<void> {
   await commandCalls();
   seen = {};
   seenInScripts = {};
+  evalshaArgv = [];
 }
 
 /** The commands seen, once MONITOR has passed on everything sent before (a marker through the admin connection). */
@@ -119,6 +123,22 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
     await limiter.check('alone');
     await commandCalls();
     expect(seenInScripts.time).toBe(2);
+  });
+
+  test('a batch whose checks have the same arguments sends them once; checks of different costs send their own', async () => {
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 100, window: '1m', prefix: `rt-argv-${kind.name}` });
+    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up')]); // loads the batch script
+    await reset();
+    const same = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`)));
+    expect(await commandCalls()).toEqual({ evalsha: 1 });
+    // The dry-run override, then the arguments every key shares.
+    expect(evalshaArgv).toEqual([2]);
+    expect(same.map((decision) => decision.remaining)).toEqual(Array.from({ length: 16 }, () => 99));
+    await reset();
+    const mixed = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`, { cost: 1 + (i % 2) })));
+    expect(await commandCalls()).toEqual({ evalsha: 1 });
+    expect(evalshaArgv).toEqual([17]);
+    expect(mixed.map((decision) => decision.remaining)).toEqual(Array.from({ length: 16 }, (_, i) => 98 - (i % 2)));
   });
 
   test('after SCRIPT FLUSH: one EVALSHA answered NOSCRIPT and one EVAL, then one EVALSHA per check again', async () => {
