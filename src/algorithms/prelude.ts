@@ -104,9 +104,9 @@ const LUA_ARGS = 'local now, cost, dry, extra, tiers, limits, windows, longest =
  * returns the reply): `lua` checks `KEYS[1]` with ARGV; `batchLua` checks every key of `KEYS`
  * in one call. A batch's ARGV is [dry-run override ('1' makes every check a dry run), then per
  * key its arguments joined by commas, or those arguments once when every key has the same (the
- * usual batch: one cost, the limiter's tiers, Redis's clock)], and it answers per key the reply's numbers joined by
- * commas: one string each way per check is far cheaper for a client to encode and decode than
- * a dozen numbers (bench/micro.ts).
+ * usual batch: one cost, the limiter's tiers, Redis's clock)], and it answers per key the
+ * reply's numbers joined by commas: one string each way per check is far cheaper for a client
+ * to encode and decode than a dozen numbers (bench/micro.ts).
  */
 export function checkLua(helpers: string, body: string): { lua: string; batchLua: string } {
   const check = `${LUA_PRELUDE}${helpers}
