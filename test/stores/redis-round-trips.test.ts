@@ -110,10 +110,16 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
     expect(await commandCalls()).toEqual({ evalsha: 7 + 1 + 1 + 1 + 2 });
   });
 
-  test('a batch reads Redis TIME once: its checks are decided at one instant', async () => {
-    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 100, window: '1m', prefix: `rt-time-${kind.name}` });
-    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up')]); // loads the batch script
+  /** A limiter of 100 per minute whose batch script is loaded, with the commands seen so far forgotten. */
+  async function withBatchScript(prefix: string) {
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 100, window: '1m', prefix: `${prefix}-${kind.name}` });
+    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up')]);
     await reset();
+    return limiter;
+  }
+
+  test('a batch reads Redis TIME once: its checks are decided at one instant', async () => {
+    const limiter = await withBatchScript('rt-time');
     const decisions = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`)));
     expect(await commandCalls()).toEqual({ evalsha: 1 });
     expect(seenInScripts.time).toBe(1);
@@ -126,9 +132,7 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
   });
 
   test('a batch whose checks have the same arguments sends them once; checks of different costs send their own', async () => {
-    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 100, window: '1m', prefix: `rt-argv-${kind.name}` });
-    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up')]); // loads the batch script
-    await reset();
+    const limiter = await withBatchScript('rt-argv');
     const same = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`)));
     expect(await commandCalls()).toEqual({ evalsha: 1 });
     // The dry-run override, then the arguments every key shares.
