@@ -58,7 +58,7 @@ type LimiterName = 'bare' | 'floor' | 'swl' | 'swlap' | 'swlnr' | 'erl' | 'rlf' 
 
 const LIMITER_LABELS: Record<LimiterName, string> = {
   bare: 'bare (no limiter)',
-  floor: 'floor: no limiter, every request answered with the same 429 as this package (headers + JSON body)',
+  floor: 'floor: no limiter, every request answered with the same 429 as this package (headers + JSON body, sent as ready JSON text)',
   swl: '**sliding-window-limiter** (this package)',
   swlap: 'sliding-window-limiter, client with auto-pipelining',
   swlnr: 'sliding-window-limiter over node-redis (the `redis` package)',

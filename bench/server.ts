@@ -70,14 +70,18 @@ function legacyHeaders(set: (name: string, value: string) => void, remaining: nu
   set('X-RateLimit-Reset', String(Math.ceil((Date.now() + msBeforeNext) / 1000)));
 }
 
-/** What this package's default 429 carries: legacy headers, Retry-After and a JSON body. No limiter, no Redis. */
-function denial(set: (name: string, value: string) => void): object {
+/**
+ * What this package's default 429 carries: legacy headers, Retry-After and a JSON body, sent as
+ * ready JSON text as this package sends it. No limiter, no Redis.
+ */
+function denial(set: (name: string, value: string) => void): string {
   const retryAfter = 42;
   set('X-RateLimit-Limit', String(limit));
   set('X-RateLimit-Remaining', '0');
   set('X-RateLimit-Reset', String(Math.ceil(Date.now() / 1000) + retryAfter));
   set('Retry-After', String(retryAfter));
-  return { error: 'Too Many Requests', retryAfter };
+  set('Content-Type', 'application/json; charset=utf-8');
+  return `{"error":"Too Many Requests","retryAfter":${retryAfter}}`;
 }
 
 async function rateLimiterFlexible() {
@@ -106,7 +110,7 @@ async function express(): Promise<(port: number) => Promise<number>> {
     case 'floor':
       app.use((_request, response) => {
         const body = denial((name, value) => response.setHeader(name, value));
-        response.status(429).json(body);
+        response.status(429).send(body);
       });
       break;
     case 'erl': {

@@ -9,7 +9,7 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { OptionError } from './errors';
 import { HttpLimiter, type HttpPort } from './http/handler';
-import { HTTP_OPTION_KEYS, type HttpOptions, SERVICE_UNAVAILABLE } from './http/options';
+import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE } from './http/options';
 import { checkOptions, keysOf } from './options/validate';
 import type { Decision, Limiter } from './types';
 
@@ -55,7 +55,8 @@ function expressPort(handler: ExpressRateLimitOptions['handler']): HttpPort<Requ
         return;
       }
       response.status(denial.statusCode);
-      if (typeof denial.body === 'string') response.type('text').send(denial.body);
+      if (denial.bodyIsJson) response.type(JSON_CONTENT_TYPE).send(denial.body);
+      else if (typeof denial.body === 'string') response.type('text').send(denial.body);
       else response.json(denial.body);
     },
     unavailable(response) {

@@ -21,7 +21,7 @@ import type {
 import fp from 'fastify-plugin';
 import { OptionError } from './errors';
 import { HttpLimiter, type HttpPort } from './http/handler';
-import { HTTP_OPTION_KEYS, type HttpOptions, SERVICE_UNAVAILABLE } from './http/options';
+import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE } from './http/options';
 import { DEFAULT_PREFIX } from './options/limiter';
 import { checkOptions, describeValue, type KnownKeys, keysOf, oneOf } from './options/validate';
 import type { Decision, Limiter, LimiterOptions } from './types';
@@ -90,7 +90,8 @@ const fastifyPort: HttpPort<FastifyRequest, FastifyReply> = {
   },
   deny(_request, reply, denial) {
     reply.code(denial.statusCode);
-    if (typeof denial.body === 'string') reply.type('text/plain; charset=utf-8');
+    if (denial.bodyIsJson) reply.type(JSON_CONTENT_TYPE);
+    else if (typeof denial.body === 'string') reply.type('text/plain; charset=utf-8');
     reply.send(denial.body);
   },
   unavailable(reply) {

@@ -9,7 +9,7 @@ import { secondsUntil } from '../headers';
 import { RateLimiter } from '../limiter';
 import { resolveLimiterOptions, smallestLimit, validateCost } from '../options/limiter';
 import type { Decision } from '../types';
-import type { HttpOptions } from './options';
+import { defaultDenialJson, type HttpOptions } from './options';
 import { isPromiseLike, limiterOptionsOf, type ResolvedHttpOptions, resolveHttpOptions, then } from './resolve';
 import { warnOnSharedPrefix } from './shared-prefix';
 
@@ -21,7 +21,10 @@ export interface DenialResponse {
   readonly statusCode: number;
   /** Whole seconds, rounded up, as sent in `Retry-After`. */
   readonly retryAfter: number;
+  /** Text, an object for the framework to send as JSON, or JSON text already (see `bodyIsJson`). */
   readonly body: string | object;
+  /** `true` for the default body: `body` is JSON text, sent as `application/json` without serializing it again. */
+  readonly bodyIsJson: boolean;
   readonly decision: Decision;
 }
 
@@ -181,7 +184,10 @@ export class HttpLimiter<Req, Res> {
     response: Res,
     proceed: Proceed,
   ): void {
-    const denial = { statusCode: this.options.statusCode, retryAfter, body: body ?? { error: 'Too Many Requests', retryAfter }, decision };
+    const denial: DenialResponse =
+      body === undefined
+        ? { statusCode: this.options.statusCode, retryAfter, body: defaultDenialJson(retryAfter), bodyIsJson: true, decision }
+        : { statusCode: this.options.statusCode, retryAfter, body, bodyIsJson: false, decision };
     this.sendHeaders(decision, request, response);
     this.port.setHeader(response, 'Retry-After', String(retryAfter));
     this.port.deny(request, response, denial, proceed);

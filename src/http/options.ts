@@ -52,7 +52,9 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
   /**
    * Body of a denied request: a string (sent as text), an object (sent as JSON) or a function
    * of the request and decision returning either. Default
-   * `{ error: 'Too Many Requests', retryAfter: <seconds> }`.
+   * `{ error: 'Too Many Requests', retryAfter: <seconds> }`, sent as ready JSON text: in
+   * Fastify, `preSerialization` hooks and a reply serializer see only a `message` object
+   * (`onSend` hooks see every body).
    */
   message?: string | object | ((request: Req, decision: Decision) => Awaitable<string | object>);
   /** Called with every decision (allowed or denied), e.g. for metrics. `decision.ratio` is `estimated / limit`. */
@@ -79,6 +81,18 @@ export const DEFAULT_NEAR_LIMIT_BAND: readonly [number, number] = [0.9, 1.1];
 export const DEFAULT_FAIL_MODE: FailMode = 'open';
 /** The status below which `requestWasSuccessful` calls a request successful by default. */
 export const FIRST_FAILED_STATUS = 400;
+/** The content type of a JSON body, as both frameworks send it. */
+export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
+
+/**
+ * The default body of a denied request, `{ "error": "Too Many Requests", "retryAfter": <seconds> }`,
+ * as ready JSON text: a flood of denials then skips the framework's serializer (in Fastify
+ * 0.2 to 0.9 µs of a 14 to 15 µs denial on the bench machine, see bench/results.md).
+ */
+export function defaultDenialJson(retryAfter: number): string {
+  return `{"error":"Too Many Requests","retryAfter":${retryAfter}}`;
+}
+
 /** Body of the 503 answered with `failMode: 'closed'` while the store is failing. */
 export const SERVICE_UNAVAILABLE = Object.freeze({ error: 'Service Unavailable' });
 

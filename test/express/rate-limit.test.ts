@@ -95,7 +95,8 @@ describe.each([
       const denied = await request(app).get('/').expect(429);
       expect(decisions[2].retryAfterMs).toBe(13_500);
       expect(denied.headers['retry-after']).toBe('14');
-      expect(denied.headers['content-type']).toMatch(/^application\/json/);
+      expect(denied.headers['content-type']).toBe('application/json; charset=utf-8');
+      expect(denied.text).toBe('{"error":"Too Many Requests","retryAfter":14}');
       expect(denied.body).toEqual({ error: 'Too Many Requests', retryAfter: 14 });
       expect(denied.headers['x-ratelimit-remaining']).toBe('0');
       expect(denied.headers['x-ratelimit-limit']).toBe('2');

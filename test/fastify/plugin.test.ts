@@ -81,7 +81,8 @@ describe('global limiting', () => {
     expect(denied.statusCode).toBe(429);
     expect(decisions[2].retryAfterMs).toBe(13_500);
     expect(denied.headers['retry-after']).toBe('14');
-    expect(denied.headers['content-type']).toMatch(/^application\/json/);
+    expect(denied.headers['content-type']).toBe('application/json; charset=utf-8');
+    expect(denied.body).toBe('{"error":"Too Many Requests","retryAfter":14}');
     expect(denied.json()).toEqual({ error: 'Too Many Requests', retryAfter: 14 });
     expect(denied.headers['x-ratelimit-remaining']).toBe('0');
     expect(hits).toEqual(['/a', '/b']);
@@ -106,6 +107,29 @@ describe('global limiting', () => {
     expect(sent[1][0]).toBe(429);
     expect(JSON.parse(sent[1][1] as string)).toEqual({ error: 'Too Many Requests', retryAfter: 20 });
     expect(responded).toEqual([200, 429]);
+  });
+
+  test('the default body is sent as ready JSON text: preSerialization hooks and the reply serializer see only a message object', async () => {
+    for (const message of [undefined, { wait: 'a while' }]) {
+      const { app, handler } = await setup({ limit: 1, message });
+      const serialized: unknown[] = [];
+      app.addHook('preSerialization', async (_req, reply, payload) => {
+        if (reply.statusCode === 429) serialized.push(payload);
+        return payload;
+      });
+      app.setReplySerializer((payload, statusCode) => JSON.stringify(statusCode === 429 ? { wrapped: payload } : payload));
+      app.get('/', handler);
+      await get(app, '/');
+      const denied = await get(app, '/');
+      expect(denied.statusCode).toBe(429);
+      if (message === undefined) {
+        expect(serialized).toEqual([]);
+        expect(denied.body).toBe('{"error":"Too Many Requests","retryAfter":20}');
+      } else {
+        expect(serialized).toEqual([message]);
+        expect(denied.body).toBe('{"wrapped":{"wait":"a while"}}');
+      }
+    }
   });
 
   test('an onSend hook can rewrite the 429 payload', async () => {
