@@ -184,10 +184,13 @@ export class HttpLimiter<Req, Res> {
     response: Res,
     proceed: Proceed,
   ): void {
-    const denial: DenialResponse =
-      body === undefined
-        ? { statusCode: this.options.statusCode, retryAfter, body: defaultDenialJson(retryAfter), bodyIsJson: true, decision }
-        : { statusCode: this.options.statusCode, retryAfter, body, bodyIsJson: false, decision };
+    const denial: DenialResponse = {
+      statusCode: this.options.statusCode,
+      retryAfter,
+      body: body ?? defaultDenialJson(retryAfter),
+      bodyIsJson: body === undefined,
+      decision,
+    };
     this.sendHeaders(decision, request, response);
     this.port.setHeader(response, 'Retry-After', String(retryAfter));
     this.port.deny(request, response, denial, proceed);
