@@ -59,9 +59,9 @@ type LimiterName = 'bare' | 'floor' | 'swl' | 'swlap' | 'swlnr' | 'erl' | 'rlf' 
 const LIMITER_LABELS: Record<LimiterName, string> = {
   bare: 'bare (no limiter)',
   floor: 'floor: no limiter, every request answered with the same 429 as this package (headers + JSON body, sent as ready JSON text)',
-  swl: '**sliding-window-limiter** (this package)',
-  swlap: 'sliding-window-limiter, client with auto-pipelining',
-  swlnr: 'sliding-window-limiter over node-redis (the `redis` package)',
+  swl: '**ratewarden** (this package)',
+  swlap: 'ratewarden, client with auto-pipelining',
+  swlnr: 'ratewarden over node-redis (the `redis` package)',
   erl: 'express-rate-limit + rate-limit-redis',
   rlf: 'rate-limiter-flexible (RateLimiterRedis, middleware in bench/server.ts)',
   frl: '@fastify/rate-limit (redis)',

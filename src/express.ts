@@ -2,7 +2,7 @@
  * Express middleware (Express 4 and 5): framework glue over the shared HTTP path.
  *
  * @example
- * import { rateLimit, byIp } from 'sliding-window-limiter/express';
+ * import { rateLimit, byIp } from 'ratewarden/express';
  * app.use(rateLimit({ store, limit: 100, window: '1m', identify: byIp() }));
  * app.post('/login', rateLimit({ store, limit: 5, window: '1m', prefix: 'login' }), login);
  */

@@ -4,7 +4,7 @@
  * its children.
  *
  * @example
- * import { rateLimitPlugin, byIp } from 'sliding-window-limiter/fastify';
+ * import { rateLimitPlugin, byIp } from 'ratewarden/fastify';
  * await app.register(rateLimitPlugin, { store, limit: 100, window: '1m', identify: byIp() });
  * app.get('/search', { config: { rateLimit: { limit: 10, window: '1s' } } }, search);
  * app.get('/health', { config: { rateLimit: false } }, health);
@@ -184,6 +184,6 @@ const plugin: FastifyPluginCallback<FastifyRateLimitOptions> = (fastify, options
 };
 
 /** The rate-limit plugin for Fastify 5. Register it before the routes it should limit. */
-export const rateLimitPlugin = fp(plugin, { fastify: '5.x', name: 'sliding-window-limiter' });
+export const rateLimitPlugin = fp(plugin, { fastify: '5.x', name: 'ratewarden' });
 
 export * from './index';

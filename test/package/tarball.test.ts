@@ -32,7 +32,7 @@ import { join, resolve } from 'node:path';
 const root = resolve(__dirname, '../..');
 const fixtures = join(__dirname, 'fixtures');
 const tsc = join(root, 'node_modules/typescript/bin/tsc');
-const NAME = 'sliding-window-limiter';
+const NAME = 'ratewarden';
 
 /** Packages installed next to the tarball in each project. */
 const PROJECTS = {

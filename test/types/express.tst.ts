@@ -1,4 +1,4 @@
-// Type tests of the Express middleware (`sliding-window-limiter/express`), through the public entry only.
+// Type tests of the Express middleware (`ratewarden/express`), through the public entry only.
 // A line that must not compile is marked `// @ts-expect-error <fragment of the expected message>`:
 // tsc (npm run typecheck) fails when the error disappears, TSTyche also when its message changes.
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';

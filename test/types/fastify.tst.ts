@@ -1,4 +1,4 @@
-// Type tests of the Fastify plugin (`sliding-window-limiter/fastify`), through the public entry only.
+// Type tests of the Fastify plugin (`ratewarden/fastify`), through the public entry only.
 // A line that must not compile is marked `// @ts-expect-error <fragment of the expected message>`:
 // tsc (npm run typecheck) fails when the error disappears, TSTyche also when its message changes.
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
