@@ -25,7 +25,7 @@ type Response = Record<string, string>;
 /** The measuring child: compiled `src/` and this file, under `--max-semi-space-size=1`. */
 async function measure(port: number): Promise<void> {
   const { HttpLimiter } = require('../src/http/handler') as typeof import('../src/http/handler');
-  const { RedisStore } = require('../src/stores/redis') as typeof import('../src/stores/redis');
+  const { RedisStore } = require('../src/stores/redis/redis-store') as typeof import('../src/stores/redis/redis-store');
   const client = new Redis({ host: '127.0.0.1', port, enableOfflineQueue: false, maxRetriesPerRequest: 1 });
   await new Promise((resolve) => client.once('ready', resolve));
   const http = new HttpLimiter<Request, Response>(

@@ -15,8 +15,8 @@ import { cpus, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import Redis from 'ioredis';
 import { ALGORITHMS, type AlgorithmName } from '../src/algorithms';
-import { scriptArgv } from '../src/algorithms/prelude';
-import { createLimiter } from '../src/limiter';
+import { createLimiter } from '../src/core/limiter';
+import { scriptArgv } from '../src/protocol';
 import { startRedis } from '../support/redis-server';
 
 const ROOT = resolve(__dirname, '..');
@@ -112,7 +112,7 @@ async function measure(client: Redis, variant: Variant): Promise<Row> {
   // Load the script (its cache entry is not per-identifier memory) before the baseline.
   await (client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[command](
     limiter.keyFor('warm-up'),
-    ...scriptArgv(undefined, 1, false, 0, limiter.tiers),
+    ...scriptArgv({ now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, tiers: limiter.tiers }),
   );
   await client.flushall();
   await settle(client);
@@ -121,8 +121,8 @@ async function measure(client: Redis, variant: Variant): Promise<Row> {
   // A fixed clock at the start of the current window, passed as ARGV[1]: every key then lives a
   // whole window (fixed window) or more from its write, so none expires before it is counted.
   const now = Math.floor(Date.now() / limiter.tiers[0].window) * limiter.tiers[0].window;
-  // ARGV as RedisStore encodes it: now, cost, dry run, blockFor (none), then limit and window per tier.
-  const argv = scriptArgv(now, cost, false, 0, limiter.tiers);
+  // ARGV as RedisStore encodes it.
+  const argv = scriptArgv({ now, cost, dryRun: false, blockFor: 0, countedAt: 0, tiers: limiter.tiers });
   const started = process.hrtime.bigint();
   for (let start = 0; start < IDS; start += BATCH) {
     const pipeline = client.pipeline() as unknown as Record<string, (...args: unknown[]) => unknown> & {

@@ -17,9 +17,9 @@ import { join } from 'node:path';
 import Redis from 'ioredis';
 import { createClient } from 'redis';
 import { ALGORITHMS } from '../src/algorithms';
+import { createLimiter } from '../src/core/limiter';
 import { HttpLimiter } from '../src/http/handler';
-import { createLimiter } from '../src/limiter';
-import { RedisStore, type RedisStoreClient } from '../src/stores/redis';
+import { RedisStore, type RedisStoreClient } from '../src/stores/redis/redis-store';
 import { processCpu } from '../support/process-cpu';
 import { startRedis } from '../support/redis-server';
 import { sinkPort } from './sink-port';
@@ -114,7 +114,7 @@ async function main(): Promise<void> {
       const request = { headers: { 'x-id': 'user:1' } };
       const http = (limiter: typeof allow) => (): Promise<void> =>
         new Promise<void>((resolve) => limiter.handle(request, headers, () => resolve()));
-      const check = { now: undefined, cost: 1, dryRun: false, blockFor: 0, tiers: limiter.tiers };
+      const check = { now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, tiers: limiter.tiers };
       // Two checks: the second is denied and cached.
       await http(deny)();
       await http(deny)();

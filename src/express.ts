@@ -7,11 +7,11 @@
  * app.post('/login', rateLimit({ store, limit: 5, window: '1m', prefix: 'login' }), login);
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import type { Decision, Limiter } from './core/types';
 import { OptionError } from './errors';
 import { HttpLimiter, type HttpPort } from './http/handler';
-import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE } from './http/options';
-import { checkOptions, keysOf } from './options/validate';
-import type { Decision, Limiter } from './types';
+import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE } from './http/http-options';
+import { checkOptions, keysOf } from './validate';
 
 /** Options of {@link rateLimit}: the shared HTTP options, plus `handler`. */
 export interface ExpressRateLimitOptions extends HttpOptions<Request, Response> {

@@ -19,12 +19,12 @@ import type {
   RouteOptions,
 } from 'fastify';
 import fp from 'fastify-plugin';
+import { DEFAULT_PREFIX } from './core/limiter-options';
+import type { Decision, Limiter, LimiterOptions } from './core/types';
 import { OptionError } from './errors';
 import { HttpLimiter, type HttpPort } from './http/handler';
-import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE } from './http/options';
-import { DEFAULT_PREFIX } from './options/limiter';
-import { checkOptions, describeValue, type KnownKeys, keysOf, oneOf } from './options/validate';
-import type { Decision, Limiter, LimiterOptions } from './types';
+import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE } from './http/http-options';
+import { checkOptions, describeValue, type KnownKeys, keysOf, oneOf } from './validate';
 
 /** The route hook the check runs in. */
 export type RateLimitHook = 'onRequest' | 'preValidation' | 'preHandler';

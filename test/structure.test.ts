@@ -1,11 +1,10 @@
 /**
- * The shape the README's "Project layout" promises, kept by a test: no import circle in
- * src/ (type-only imports included), no source file over 250 lines, and the README's
- * table of codes equal to the codes the package uses.
+ * The shape ARCHITECTURE.md promises, kept by a test: no import circle in src/ (type-only
+ * imports included), no two source files of one name (index.ts and types.ts aside), and no
+ * measured figure in a source comment (figures live with the benches).
  */
 import { readdirSync, readFileSync } from 'node:fs';
-import { dirname, join, relative, resolve } from 'node:path';
-import { CODES } from '../src/errors';
+import { basename, dirname, join, relative, resolve } from 'node:path';
 
 const root = resolve(__dirname, '..');
 const src = join(root, 'src');
@@ -50,15 +49,25 @@ test('the import graph of src/ has no circle', () => {
   expect(circles).toEqual([]);
 });
 
-test('no file in src/ is over 250 lines', () => {
-  const long = files
-    .map((file) => ({ file: relative(src, file), lines: readFileSync(file, 'utf8').split('\n').length - 1 }))
-    .filter(({ lines }) => lines > 250);
-  expect(long).toEqual([]);
+test('no two files in src/ share a name, index.ts and types.ts aside', () => {
+  const byName = new Map<string, string[]>();
+  for (const file of files) {
+    const name = basename(file);
+    if (name === 'index.ts' || name === 'types.ts') continue;
+    byName.set(name, [...(byName.get(name) ?? []), relative(src, file)]);
+  }
+  expect([...byName.values()].filter((paths) => paths.length > 1)).toEqual([]);
 });
 
-test('the README lists every error and warning code, and no other', () => {
-  const readme = readFileSync(join(root, 'README.md'), 'utf8');
-  const listed = [...readme.matchAll(/^\| `(SWL_[A-Z0-9_]+)`\s*\|/gm)].map((match) => match[1]);
-  expect(listed.sort()).toEqual(Object.keys(CODES).sort());
+test('no source comment quotes a measured figure (µs, ms of a run, ratios to bare)', () => {
+  const figures = /\d+(?:\.\d+)?\s*(?:µs|us\b)|\b0\.\d+ of bare|\d+(?:\.\d+)?\s*%\s+of\b|\breq(?:uests)?\/s\b/;
+  const found: string[] = [];
+  for (const file of files) {
+    const lines = readFileSync(file, 'utf8').split('\n');
+    lines.forEach((line, i) => {
+      const comment = /^\s*(?:\/\/|\*|\/\*\*?|--)/.test(line) || line.includes('//');
+      if (comment && figures.test(line)) found.push(`${relative(src, file)}:${i + 1}: ${line.trim()}`);
+    });
+  }
+  expect(found).toEqual([]);
 });

@@ -34,7 +34,8 @@
  * token bucket allowed, and every decision that differs from what that exact bucket
  * would decide is counted (and the first such case kept, to be reported precisely).
  */
-import type { AlgorithmName, AlgorithmScripts, RawReply, Tier } from '../../src/algorithms/types';
+import type { AlgorithmName, AlgorithmScripts, RawReply } from '../../src/algorithms/types';
+import type { Tier } from '../../src/tiers';
 import { ExactBucket } from './exact-bucket';
 import { ExactLog } from './exact-log';
 import type { Source, Trace } from './traces';
@@ -126,7 +127,7 @@ class Runner {
   /** Runs one check; with `dryRun` nothing is counted. */
   check(now: number, cost: number, dryRun: boolean): RawReply {
     if (this.state !== undefined && this.expiresAt <= now) this.state = undefined;
-    const result = this.algorithm.check.apply(this.state, { now, cost, dryRun, blockFor: 0, tiers: this.tiers });
+    const result = this.algorithm.check.apply(this.state, { now, cost, dryRun, blockFor: 0, countedAt: 0, tiers: this.tiers });
     if (result.state !== this.state) {
       this.state = result.state;
       this.expiresAt = result.expiresAt ?? this.expiresAt;

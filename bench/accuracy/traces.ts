@@ -4,7 +4,7 @@
  * has cost 1. All randomness comes from a seeded generator, so every run of a trace
  * with the same options produces the same requests.
  */
-import type { Tier } from '../../src/algorithms/types';
+import type { Tier } from '../../src/tiers';
 import { exponential, mulberry32, pareto, type Random } from '../../support/random';
 
 /** One identifier's requests: integer epoch milliseconds, ascending. */

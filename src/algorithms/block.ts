@@ -3,15 +3,49 @@
  * until `blockedUntil`, whatever its counts say. The block lives in the identifier's own key,
  * written by the script that denied, so every instance sees it and a check stays one key.
  *
- * The Lua half is in each script (string keys lead with a marker, `'!<until> <counters>'`; the
- * sliding log keeps a member `'!'`); this is the TypeScript half, wrapped around an
- * algorithm's twin, under the same rules:
+ * The Lua half is {@link LUA_BLOCK}, part of every script's prelude (string keys lead with a
+ * marker, `'!<until> <counters>'`; the sliding log keeps a member `'!'` instead, in its own
+ * script); the TypeScript half wraps an algorithm's twin, under the same rules:
  * - while blocked, nothing is counted or trimmed, and the answer is a denial;
  * - a denial that counts nothing, when `blockFor > 0` and it is not a dry run, starts a block
  *   and makes the key live at least that long;
  * - a counting write drops an expired marker; other writes keep it.
  */
-import type { CheckArgs, MemoryResult, RefundArgs } from './types';
+import { REPLY } from '../protocol';
+import type { MemoryResult, ScriptArgs } from './types';
+
+/** The block marker of string keys, in Lua: read it, write it, and start a block after a denial. */
+export const LUA_BLOCK = `
+-- A string key may lead with a block marker: '!<until, base 36> <counters>'.
+local function readBlocked(value)
+  if value and string.byte(value, 1) == 33 then
+    local untilText, rest = string.match(value, '^!([0-9a-z]+) ?(.*)$')
+    return tonumber(untilText, 36), rest
+  end
+  return 0, value
+end
+local function withMarker(blockedUntil, body)
+  if blockedUntil == 0 then return body end
+  if body == nil or body == '' then return '!' .. base36(blockedUntil) end
+  return '!' .. base36(blockedUntil) .. ' ' .. body
+end
+-- Starts a block of blockFor ms at now on a string key, keeping its counters; the key lives at least that long.
+local function writeBlock(key, now, blockFor, body)
+  local ttl = redis.call('PTTL', key)
+  if ttl < blockFor then ttl = blockFor end
+  redis.call('SET', key, withMarker(now + blockFor, body), 'PX', ttl)
+end
+-- After a check on a string key: ms left on the identifier's block, either what remains of the
+-- block it is under, or a new block of blockFor ms, started when this check (not a dry run) was denied.
+local function blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body)
+  if blockedUntil > now then return blockedUntil - now end
+  if allowed == 0 and blockFor > 0 and not dryRun then
+    writeBlock(key, now, blockFor, body)
+    return blockFor
+  end
+  return 0
+end
+`;
 
 /** An identifier's stored state: the algorithm's own (`body`), and the end of a block (0 for none). */
 export interface Stored<Body> {
@@ -19,47 +53,50 @@ export interface Stored<Body> {
   readonly body: Body | undefined;
 }
 
-/** Position of `blockedMs` in a check's reply. */
-const BLOCKED_MS = 2;
-
-function restore<Body>(stored: Stored<Body> | undefined, blockedUntil: number, body: Body | undefined): Stored<Body> | undefined {
+/** The stored state holding `body` and a block until `blockedUntil` (0: none); `stored` itself when nothing changed. */
+function storedWithBlock<Body>(stored: Stored<Body> | undefined, blockedUntil: number, body: Body | undefined): Stored<Body> | undefined {
   if (stored !== undefined && stored.blockedUntil === blockedUntil && stored.body === body) return stored;
   return body === undefined && blockedUntil === 0 ? undefined : { blockedUntil, body };
 }
 
 /** The twin of a check script with blocks. */
 export function blockingCheck<Body>(
-  check: (body: Body | undefined, args: CheckArgs) => MemoryResult<Body>,
-): (stored: Stored<Body> | undefined, args: CheckArgs) => MemoryResult<Stored<Body>> {
+  check: (body: Body | undefined, args: ScriptArgs) => MemoryResult<Body>,
+): (stored: Stored<Body> | undefined, args: ScriptArgs) => MemoryResult<Stored<Body>> {
   return (stored, args) => {
     const { now, cost, dryRun, blockFor } = args;
     const until = stored?.blockedUntil ?? 0;
     if (until > now) {
       const result = check(stored?.body, { ...args, dryRun: true });
       const reply = [...result.reply];
-      reply[0] = 0;
-      reply[BLOCKED_MS] = until - now;
+      reply[REPLY.allowed] = 0;
+      reply[REPLY.blockedMs] = until - now;
       return { reply, state: stored, expiresAt: undefined };
     }
     const result = check(stored?.body, args);
-    if (result.reply[0] === 1 && cost > 0 && !dryRun) {
-      return { reply: result.reply, state: restore(stored, 0, result.state), expiresAt: result.expiresAt };
+    if (result.reply[REPLY.allowed] === 1 && cost > 0 && !dryRun) {
+      return { reply: result.reply, state: storedWithBlock(stored, 0, result.state), expiresAt: result.expiresAt };
     }
-    if (result.reply[0] === 0 && blockFor > 0 && !dryRun) {
+    if (result.reply[REPLY.allowed] === 0 && blockFor > 0 && !dryRun) {
       const reply = [...result.reply];
-      reply[BLOCKED_MS] = blockFor;
-      return { reply, state: restore(stored, now + blockFor, result.state), expiresAt: result.expiresAt, minExpiresAt: now + blockFor };
+      reply[REPLY.blockedMs] = blockFor;
+      return {
+        reply,
+        state: storedWithBlock(stored, now + blockFor, result.state),
+        expiresAt: result.expiresAt,
+        minExpiresAt: now + blockFor,
+      };
     }
-    return { reply: result.reply, state: restore(stored, until, result.state), expiresAt: result.expiresAt };
+    return { reply: result.reply, state: storedWithBlock(stored, until, result.state), expiresAt: result.expiresAt };
   };
 }
 
 /** The twin of a refund script with blocks: a refund changes counts only, never a block. */
 export function blockingRefund<Body>(
-  refund: (body: Body | undefined, args: RefundArgs) => MemoryResult<Body>,
-): (stored: Stored<Body> | undefined, args: RefundArgs) => MemoryResult<Stored<Body>> {
+  refund: (body: Body | undefined, args: ScriptArgs) => MemoryResult<Body>,
+): (stored: Stored<Body> | undefined, args: ScriptArgs) => MemoryResult<Stored<Body>> {
   return (stored, args) => {
     const result = refund(stored?.body, args);
-    return { reply: result.reply, state: restore(stored, stored?.blockedUntil ?? 0, result.state), expiresAt: result.expiresAt };
+    return { reply: result.reply, state: storedWithBlock(stored, stored?.blockedUntil ?? 0, result.state), expiresAt: result.expiresAt };
   };
 }

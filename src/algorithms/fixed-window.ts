@@ -1,6 +1,7 @@
+import { checkReply, pushTier, refundReply } from '../protocol';
 import { blockingCheck, blockingRefund, type Stored } from './block';
 import { checkLua, refundLua } from './prelude';
-import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
+import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
  * Fixed window: one counter per tier for the window `floor(now / window)`. The cheapest
@@ -22,7 +23,7 @@ const CHECK = checkLua(
   -- longest tier's current window ends (or when a longer block ends).
   local blockedUntil, body = readBlocked(redis.call('GET', key))
   local blocked = blockedUntil > now
-  if blocked then dry = true end
+  if blocked then dryRun = true end
   local saved = readCounters(body)
   local counts, ends = {}, {}
   local allowed = 1
@@ -36,7 +37,7 @@ const CHECK = checkLua(
     if counts[i] + cost > limits[i] then allowed = 0 end
   end
   if blocked then allowed = 0 end
-  if allowed == 1 and cost > 0 and not dry then
+  if allowed == 1 and cost > 0 and not dryRun then
     local parts = {}
     for i = 1, tiers do
       counts[i] = counts[i] + cost
@@ -44,26 +45,23 @@ const CHECK = checkLua(
     end
     redis.call('SET', key, table.concat(parts, ' '), 'PX', expiry)
   end
-  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, extra, dry, body)
-  local reply = { allowed, now, blockedMs }
+  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body)
+  local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local wait, reset = 0, 0
     if counts[i] + cost > limits[i] then wait = ends[i] - now end
     if counts[i] > 0 then reset = ends[i] - now end
-    reply[#reply + 1] = counts[i]
-    reply[#reply + 1] = 1
-    reply[#reply + 1] = wait
-    reply[#reply + 1] = reset
+    pushTier(reply, counts[i], 1, wait, reset)
   end
   return reply
 `,
 );
 
-function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<number[]> {
+function check(state: number[] | undefined, { now, cost, dryRun, tiers }: ScriptArgs): MemoryResult<number[]> {
   const count = tiers.length;
   const counts = new Array<number>(count);
   const ends = new Array<number>(count);
-  let allowed = 1;
+  let allowed: 0 | 1 = 1;
   let expiry = 0;
   for (let i = 0; i < count; i++) {
     const { limit, window } = tiers[i];
@@ -84,11 +82,11 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
     }
     expiresAt = now + expiry;
   }
-  const reply: number[] = [allowed, now, 0];
+  const reply = checkReply(allowed, now, 0);
   for (let i = 0; i < count; i++) {
     // A fixed window gives quota back only when it ends, all at once.
     const reset = counts[i] > 0 ? ends[i] - now : 0;
-    reply.push(counts[i], 1, counts[i] + cost > tiers[i].limit ? ends[i] - now : 0, reset);
+    pushTier(reply, counts[i], 1, counts[i] + cost > tiers[i].limit ? ends[i] - now : 0, reset);
   }
   return { reply, state: next, expiresAt };
 }
@@ -96,30 +94,30 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
 const REFUND = refundLua(
   '',
   `
--- Takes back ARGV[2] units counted at ARGV[4] from each tier whose window has not ended since. Never below 0.
+-- Takes back cost units counted at countedAt from each tier whose window has not ended since. Never below 0.
 local value = redis.call('GET', key)
-if not value then return { 0 } end
+if not value then return refundReply(0) end
 local blockedUntil, body = readBlocked(value)
 local saved = readCounters(body)
 local taken = 0
 for i = 1, tiers do
-  if saved[2 * i - 1] == math.floor(extra / windows[i]) then
+  if saved[2 * i - 1] == math.floor(countedAt / windows[i]) then
     local back = math.min(cost, saved[2 * i])
     saved[2 * i] = saved[2 * i] - back
     taken = taken + back
   end
 end
-if taken > 0 and not dry then
+if taken > 0 and not dryRun then
   local parts = {}
   for i = 1, #saved / 2 do parts[i] = base36(saved[2 * i - 1]) .. ':' .. base36(saved[2 * i]) end
   redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
 end
-return { taken }
+return refundReply(taken)
 `,
 );
 
-function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<number[]> {
-  if (state === undefined) return { reply: [0], state, expiresAt: undefined };
+function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }: ScriptArgs): MemoryResult<number[]> {
+  if (state === undefined) return { reply: refundReply(0), state, expiresAt: undefined };
   const next = [...state];
   let taken = 0;
   for (let i = 0; i < tiers.length && 2 * i < state.length; i++) {
@@ -128,7 +126,7 @@ function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }:
     next[2 * i + 1] -= back;
     taken += back;
   }
-  return { reply: [taken], state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
+  return { reply: refundReply(taken), state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
 }
 
 export const fixedWindow: AlgorithmScripts<FixedWindowState> = {

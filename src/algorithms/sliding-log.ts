@@ -1,6 +1,8 @@
+import { checkReply, pushTier, refundReply } from '../protocol';
+import { longestWindow } from '../tiers';
 import { blockingCheck, blockingRefund, type Stored } from './block';
-import { checkLua, longestWindow, refundLua } from './prelude';
-import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
+import { checkLua, refundLua } from './prelude';
+import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
  * Sliding log: exact. Every counted unit is one sorted-set member scored by its time;
@@ -32,8 +34,8 @@ const CHECK = checkLua(
   local marker = redis.call('ZSCORE', key, '!')
   if marker then blockedUntil = -tonumber(marker) end
   local blocked = blockedUntil > now
-  if blocked then dry = true end
-  if not dry then redis.call('ZREMRANGEBYSCORE', key, 0, now - longest) end
+  if blocked then dryRun = true end
+  if not dryRun then redis.call('ZREMRANGEBYSCORE', key, 0, now - longest) end
   local function lower(window)
     if now - window < 0 then return 0 end
     return '(' .. (now - window)
@@ -45,7 +47,7 @@ const CHECK = checkLua(
     if counts[i] + cost > limits[i] then allowed = 0 end
   end
   if blocked then allowed = 0 end
-  if allowed == 1 and cost > 0 and not dry then
+  if allowed == 1 and cost > 0 and not dryRun then
     local last = -tonumber(redis.call('ZINCRBY', key, -cost, '#'))
     local first = last - cost + 1
     while first <= last do
@@ -65,11 +67,11 @@ const CHECK = checkLua(
   local blockedMs = 0
   if blocked then
     blockedMs = blockedUntil - now
-  elseif allowed == 0 and extra > 0 and not dry then
-    blockedMs = extra
-    redis.call('ZADD', key, -(now + extra), '!')
+  elseif allowed == 0 and blockFor > 0 and not dryRun then
+    blockedMs = blockFor
+    redis.call('ZADD', key, -(now + blockFor), '!')
     local ttl = redis.call('PTTL', key)
-    if ttl < extra then ttl = extra end
+    if ttl < blockFor then ttl = blockFor end
     redis.call('PEXPIRE', key, ttl)
   end
   -- How long until a request of \`units\` fits in tier i: until the oldest entries that must leave have left.
@@ -79,15 +81,12 @@ const CHECK = checkLua(
     local oldest = redis.call('ZRANGEBYSCORE', key, lower(windows[i]), '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
     return tonumber(oldest[2]) + windows[i] - now
   end
-  local reply = { allowed, now, blockedMs }
+  local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local remaining = math.max(0, limits[i] - counts[i])
     local reset = 0
     if remaining < limits[i] then reset = waitFor(i, remaining + 1) end
-    reply[#reply + 1] = counts[i]
-    reply[#reply + 1] = 1
-    reply[#reply + 1] = waitFor(i, cost)
-    reply[#reply + 1] = reset
+    pushTier(reply, counts[i], 1, waitFor(i, cost), reset)
   end
   return reply
 `,
@@ -105,7 +104,7 @@ function firstAbove(log: readonly number[], value: number): number {
   return low;
 }
 
-function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<number[]> {
+function check(state: number[] | undefined, { now, cost, dryRun, tiers }: ScriptArgs): MemoryResult<number[]> {
   const longest = longestWindow(tiers);
   let log: readonly number[] = state ?? [];
   if (!dryRun) {
@@ -114,7 +113,7 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
   }
   const count = tiers.length;
   const counts = new Array<number>(count);
-  let allowed = 1;
+  let allowed: 0 | 1 = 1;
   for (let i = 0; i < count; i++) {
     counts[i] = log.length - firstAbove(log, now - tiers[i].window);
     if (counts[i] + cost > tiers[i].limit) allowed = 0;
@@ -126,16 +125,15 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
     log = [...log.slice(0, at), ...new Array<number>(cost).fill(now), ...log.slice(at)];
     for (let i = 0; i < count; i++) counts[i] += cost;
   }
-  const reply: number[] = [allowed, now, 0];
+  // How long until a request of `units` fits in tier i: until the oldest entries that must leave have left.
+  const waitFor = (i: number, units: number): number => {
+    const excess = counts[i] + units - tiers[i].limit;
+    return excess > 0 ? log[firstAbove(log, now - tiers[i].window) + excess - 1] + tiers[i].window - now : 0;
+  };
+  const reply = checkReply(allowed, now, 0);
   for (let i = 0; i < count; i++) {
-    const { limit, window } = tiers[i];
-    const inWindow = firstAbove(log, now - window);
-    const waitFor = (units: number): number => {
-      const excess = counts[i] + units - limit;
-      return excess > 0 ? log[inWindow + excess - 1] + window - now : 0;
-    };
-    const remaining = Math.max(0, limit - counts[i]);
-    reply.push(counts[i], 1, waitFor(cost), remaining < limit ? waitFor(remaining + 1) : 0);
+    const remaining = Math.max(0, tiers[i].limit - counts[i]);
+    pushTier(reply, counts[i], 1, waitFor(i, cost), remaining < tiers[i].limit ? waitFor(i, remaining + 1) : 0);
   }
   const next = log.length === 0 ? undefined : (log as number[]);
   // Like the script: counting sets the expiry, trimming alone keeps it.
@@ -145,22 +143,22 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
 const REFUND = refundLua(
   '',
   `
--- Takes back ARGV[2] log entries scored ARGV[4] (the time they were counted at). Entries of one
+-- Takes back cost log entries scored countedAt (the time they were counted at). Entries of one
 -- millisecond differ only by name, so removing any of them leaves the same counts and waits.
-local entries = redis.call('ZRANGEBYSCORE', key, extra, extra, 'LIMIT', 0, cost)
-if #entries > 0 and not dry then redis.call('ZREM', key, unpack(entries)) end
-return { #entries }
+local entries = redis.call('ZRANGEBYSCORE', key, countedAt, countedAt, 'LIMIT', 0, cost)
+if #entries > 0 and not dryRun then redis.call('ZREM', key, unpack(entries)) end
+return refundReply(#entries)
 `,
 );
 
-function refund(state: number[] | undefined, { cost, dryRun, countedAt }: RefundArgs): MemoryResult<number[]> {
-  if (state === undefined) return { reply: [0], state, expiresAt: undefined };
+function refund(state: number[] | undefined, { cost, dryRun, countedAt }: ScriptArgs): MemoryResult<number[]> {
+  if (state === undefined) return { reply: refundReply(0), state, expiresAt: undefined };
   const from = firstAbove(state, countedAt - 1);
   let taken = 0;
   while (taken < cost && from + taken < state.length && state[from + taken] === countedAt) taken++;
-  if (taken === 0 || dryRun) return { reply: [taken], state, expiresAt: undefined };
+  if (taken === 0 || dryRun) return { reply: refundReply(taken), state, expiresAt: undefined };
   const next = [...state.slice(0, from), ...state.slice(from + taken)];
-  return { reply: [taken], state: next.length === 0 ? undefined : next, expiresAt: undefined };
+  return { reply: refundReply(taken), state: next.length === 0 ? undefined : next, expiresAt: undefined };
 }
 
 export const slidingLog: AlgorithmScripts<SlidingLogState> = {

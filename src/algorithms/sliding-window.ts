@@ -1,6 +1,9 @@
+import { checkReply, pushTier, refundReply } from '../protocol';
+import { longestWindow } from '../tiers';
 import { blockingCheck, blockingRefund, type Stored } from './block';
-import { checkLua, longestWindow, refundLua, remainingOf } from './prelude';
-import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
+import { checkLua, refundLua } from './prelude';
+import { remainingOf } from './shared';
+import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
  * Sliding window counter.
@@ -21,7 +24,7 @@ import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './ty
 export type SlidingWindowState = Stored<number[]>;
 
 const LUA_WAIT = `
-local function wait(current, previous, elapsed, limit, window, cost)
+local function waitFor(current, previous, elapsed, limit, window, cost)
   if (current + cost) * window + previous * (window - elapsed) <= limit * window then return 0 end
   local room = limit - cost - current
   if room >= 0 and previous > 0 then
@@ -43,7 +46,7 @@ end
  * first inside the current window (the previous window's weight decays), else in the
  * next one (current becomes previous), else in the one after (both are empty).
  */
-export function slidingWait(current: number, previous: number, elapsed: number, limit: number, window: number, cost: number): number {
+export function waitFor(current: number, previous: number, elapsed: number, limit: number, window: number, cost: number): number {
   if ((current + cost) * window + previous * (window - elapsed) <= limit * window) return 0;
   let room = limit - cost - current;
   if (room >= 0 && previous > 0) {
@@ -67,7 +70,7 @@ const CHECK = checkLua(
   -- twice the longest window (or when a longer block ends).
   local blockedUntil, body = readBlocked(redis.call('GET', key))
   local blocked = blockedUntil > now
-  if blocked then dry = true end
+  if blocked then dryRun = true end
   local saved = readCounters(body)
   local current, previous, elapsed = {}, {}, {}
   local allowed = 1
@@ -85,7 +88,7 @@ const CHECK = checkLua(
     if (c + cost) * window + p * (window - elapsed[i]) > limits[i] * window then allowed = 0 end
   end
   if blocked then allowed = 0 end
-  if allowed == 1 and cost > 0 and not dry then
+  if allowed == 1 and cost > 0 and not dryRun then
     local parts = {}
     for i = 1, tiers do
       current[i] = current[i] + cost
@@ -93,29 +96,26 @@ const CHECK = checkLua(
     end
     redis.call('SET', key, table.concat(parts, ' '), 'PX', 2 * longest)
   end
-  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, extra, dry, body)
-  local reply = { allowed, now, blockedMs }
+  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body)
+  local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local c, p, e, limit, window = current[i], previous[i], elapsed[i], limits[i], windows[i]
     local numerator = c * window + p * (window - e)
     local remaining = remainingOf(numerator, window, limit)
     local reset = 0
-    if remaining < limit then reset = wait(c, p, e, limit, window, remaining + 1) end
-    reply[#reply + 1] = numerator
-    reply[#reply + 1] = window
-    reply[#reply + 1] = wait(c, p, e, limit, window, cost)
-    reply[#reply + 1] = reset
+    if remaining < limit then reset = waitFor(c, p, e, limit, window, remaining + 1) end
+    pushTier(reply, numerator, window, waitFor(c, p, e, limit, window, cost), reset)
   end
   return reply
 `,
 );
 
-function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<number[]> {
+function check(state: number[] | undefined, { now, cost, dryRun, tiers }: ScriptArgs): MemoryResult<number[]> {
   const count = tiers.length;
   const current = new Array<number>(count);
   const previous = new Array<number>(count);
   const elapsed = new Array<number>(count);
-  let allowed = 1;
+  let allowed: 0 | 1 = 1;
   for (let i = 0; i < count; i++) {
     const { limit, window } = tiers[i];
     const index = Math.floor(now / window);
@@ -147,13 +147,13 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
     }
     expiresAt = now + 2 * longestWindow(tiers);
   }
-  const reply: number[] = [allowed, now, 0];
+  const reply = checkReply(allowed, now, 0);
   for (let i = 0; i < count; i++) {
     const { limit, window } = tiers[i];
     const numerator = current[i] * window + previous[i] * (window - elapsed[i]);
     const remaining = remainingOf(numerator, window, limit);
-    const reset = remaining < limit ? slidingWait(current[i], previous[i], elapsed[i], limit, window, remaining + 1) : 0;
-    reply.push(numerator, window, slidingWait(current[i], previous[i], elapsed[i], limit, window, cost), reset);
+    const reset = remaining < limit ? waitFor(current[i], previous[i], elapsed[i], limit, window, remaining + 1) : 0;
+    pushTier(reply, numerator, window, waitFor(current[i], previous[i], elapsed[i], limit, window, cost), reset);
   }
   return { reply, state: next, expiresAt };
 }
@@ -161,17 +161,17 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
 const REFUND = refundLua(
   LUA_WAIT,
   `
--- Takes back ARGV[2] units counted at ARGV[4]: from 'current' while the tier's window has not
+-- Takes back cost units counted at countedAt: from 'current' while the tier's window has not
 -- rolled since, from 'previous' after it rolled once, from nothing after that. Never below 0.
 local value = redis.call('GET', key)
-if not value then return { 0 } end
+if not value then return refundReply(0) end
 local blockedUntil, body = readBlocked(value)
 local saved = readCounters(body)
 local taken = 0
 for i = 1, tiers do
   local savedIndex = saved[3 * i - 2]
   if savedIndex then
-    local index = math.floor(extra / windows[i])
+    local index = math.floor(countedAt / windows[i])
     local slot = 0
     if savedIndex == index then slot = 3 * i - 1 elseif savedIndex == index + 1 then slot = 3 * i end
     if slot > 0 then
@@ -181,17 +181,17 @@ for i = 1, tiers do
     end
   end
 end
-if taken > 0 and not dry then
+if taken > 0 and not dryRun then
   local parts = {}
   for i = 1, #saved / 3 do parts[i] = base36(saved[3 * i - 2]) .. ':' .. base36(saved[3 * i - 1]) .. ':' .. base36(saved[3 * i]) end
   redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
 end
-return { taken }
+return refundReply(taken)
 `,
 );
 
-function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<number[]> {
-  if (state === undefined) return { reply: [0], state, expiresAt: undefined };
+function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }: ScriptArgs): MemoryResult<number[]> {
+  if (state === undefined) return { reply: refundReply(0), state, expiresAt: undefined };
   const next = [...state];
   let taken = 0;
   for (let i = 0; i < tiers.length && 3 * i < state.length; i++) {
@@ -202,7 +202,7 @@ function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }:
     next[slot] -= back;
     taken += back;
   }
-  return { reply: [taken], state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
+  return { reply: refundReply(taken), state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
 }
 
 export const slidingWindow: AlgorithmScripts<SlidingWindowState> = {

@@ -1,6 +1,8 @@
+import { checkReply, pushTier, refundReply } from '../protocol';
 import { blockingCheck, blockingRefund, type Stored } from './block';
-import { checkLua, refundLua, remainingOf } from './prelude';
-import type { AlgorithmScripts, CheckArgs, MemoryResult, RefundArgs } from './types';
+import { checkLua, refundLua } from './prelude';
+import { remainingOf } from './shared';
+import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
  * Token bucket, as GCRA (the generic cell rate algorithm). Per tier, `limit` is the bucket's
@@ -74,7 +76,7 @@ const CHECK = checkLua(
   -- expires when every bucket is full again (or when a longer block ends).
   local blockedUntil, body = readBlocked(redis.call('GET', key))
   local blocked = blockedUntil > now
-  if blocked then dry = true end
+  if blocked then dryRun = true end
   local saved = readTats(body)
   local ms, rs = {}, {}
   local allowed = 1
@@ -83,7 +85,7 @@ const CHECK = checkLua(
     if waitFor(ms[i], rs[i], cost, limits[i], windows[i], now) > 0 then allowed = 0 end
   end
   if blocked then allowed = 0 end
-  if allowed == 1 and cost > 0 and not dry then
+  if allowed == 1 and cost > 0 and not dryRun then
     local parts = {}
     local expiry = 0
     for i = 1, tiers do
@@ -95,28 +97,29 @@ const CHECK = checkLua(
     end
     redis.call('SET', key, table.concat(parts, ' '), 'PX', expiry)
   end
-  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, extra, dry, body)
-  local reply = { allowed, now, blockedMs }
+  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body)
+  local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local limit, window = limits[i], windows[i]
     local numerator = (ms[i] - now) * limit + rs[i]
     local remaining = remainingOf(numerator, window, limit)
     local reset = 0
     if remaining < limit then reset = waitFor(ms[i], rs[i], remaining + 1, limit, window, now) end
-    reply[#reply + 1] = numerator
-    reply[#reply + 1] = window
-    reply[#reply + 1] = waitFor(ms[i], rs[i], cost, limit, window, now)
-    reply[#reply + 1] = reset
+    pushTier(reply, numerator, window, waitFor(ms[i], rs[i], cost, limit, window, now), reset)
   end
   return reply
 `,
 );
 
-/** TAT arithmetic of the twin, on [m, r] pairs, exactly as the Lua above. */
-function tatAt(state: readonly number[] | undefined, i: number, limit: number, now: number): [number, number] {
-  if (state === undefined || 2 * i >= state.length) return [now, 0];
-  let m = state[2 * i];
-  let r = state[2 * i + 1];
+/** Tier i's stored TAT as an [m, r] pair, as the Lua `readTats` gives it; undefined when none is stored. */
+function savedTat(state: readonly number[] | undefined, i: number): readonly [number, number] | undefined {
+  return state === undefined || 2 * i >= state.length ? undefined : [state[2 * i], state[2 * i + 1]];
+}
+
+/** The TAT arithmetic below is the Lua's above, function for function. */
+function tatAt(tat: readonly [number, number] | undefined, limit: number, now: number): [number, number] {
+  if (tat === undefined) return [now, 0];
+  let [m, r] = tat;
   if (r >= limit) {
     m += Math.floor(r / limit);
     r %= limit;
@@ -124,7 +127,7 @@ function tatAt(state: readonly number[] | undefined, i: number, limit: number, n
   return m < now ? [now, 0] : [m, r];
 }
 
-function advance(m: number, r: number, limit: number, window: number, units: number): [number, number] {
+function advance(m: number, r: number, units: number, limit: number, window: number): [number, number] {
   const step = units * window;
   let nm = m + Math.floor(step / limit);
   let nr = r + (step % limit);
@@ -135,20 +138,20 @@ function advance(m: number, r: number, limit: number, window: number, units: num
   return [nm, nr];
 }
 
-function waitFor(m: number, r: number, limit: number, window: number, units: number, now: number): number {
-  const [nm, nr] = advance(m, r, limit, window, units);
+function waitFor(m: number, r: number, units: number, limit: number, window: number, now: number): number {
+  const [nm, nr] = advance(m, r, units, limit, window);
   const at = nm - window + (nr > 0 ? 1 : 0);
   return at > now ? at - now : 0;
 }
 
-function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckArgs): MemoryResult<number[]> {
+function check(state: number[] | undefined, { now, cost, dryRun, tiers }: ScriptArgs): MemoryResult<number[]> {
   const count = tiers.length;
   const tats = new Array<[number, number]>(count);
-  let allowed = 1;
+  let allowed: 0 | 1 = 1;
   for (let i = 0; i < count; i++) {
     const { limit, window } = tiers[i];
-    tats[i] = tatAt(state, i, limit, now);
-    if (waitFor(tats[i][0], tats[i][1], limit, window, cost, now) > 0) allowed = 0;
+    tats[i] = tatAt(savedTat(state, i), limit, now);
+    if (waitFor(tats[i][0], tats[i][1], cost, limit, window, now) > 0) allowed = 0;
   }
   let next = state;
   let expiresAt: number | undefined;
@@ -156,7 +159,7 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
     next = new Array<number>(2 * count);
     let expiry = 0;
     for (let i = 0; i < count; i++) {
-      tats[i] = advance(tats[i][0], tats[i][1], tiers[i].limit, tiers[i].window, cost);
+      tats[i] = advance(tats[i][0], tats[i][1], cost, tiers[i].limit, tiers[i].window);
       next[2 * i] = tats[i][0];
       next[2 * i + 1] = tats[i][1];
       const full = tats[i][0] - now + (tats[i][1] > 0 ? 1 : 0);
@@ -164,14 +167,14 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
     }
     expiresAt = now + expiry;
   }
-  const reply: number[] = [allowed, now, 0];
+  const reply = checkReply(allowed, now, 0);
   for (let i = 0; i < count; i++) {
     const { limit, window } = tiers[i];
     const [m, r] = tats[i];
     const numerator = (m - now) * limit + r;
     const remaining = remainingOf(numerator, window, limit);
-    const reset = remaining < limit ? waitFor(m, r, limit, window, remaining + 1, now) : 0;
-    reply.push(numerator, window, waitFor(m, r, limit, window, cost, now), reset);
+    const reset = remaining < limit ? waitFor(m, r, remaining + 1, limit, window, now) : 0;
+    pushTier(reply, numerator, window, waitFor(m, r, cost, limit, window, now), reset);
   }
   return { reply, state: next, expiresAt };
 }
@@ -179,16 +182,16 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: CheckA
 const REFUND = refundLua(
   LUA_TAT,
   `
--- Takes back ARGV[2] units counted at ARGV[4] from each tier whose bucket may still hold them
+-- Takes back cost units counted at countedAt from each tier whose bucket may still hold them
 -- (a unit drains within one window of being counted): the TAT moves back, never before now.
 local value = redis.call('GET', key)
-if not value then return { 0 } end
+if not value then return refundReply(0) end
 local blockedUntil, body = readBlocked(value)
 local saved = readTats(body)
 local taken = 0
 for i = 1, math.min(tiers, #saved) do
   local m, r = tatAt(saved[i], limits[i], now)
-  if now < extra + windows[i] and (m > now or r > 0) then
+  if now < countedAt + windows[i] and (m > now or r > 0) then
     local step, limit = cost * windows[i], limits[i]
     m, r = m - math.floor(step / limit), r - step % limit
     if r < 0 then m, r = m - 1, r + limit end
@@ -197,22 +200,22 @@ for i = 1, math.min(tiers, #saved) do
     taken = taken + cost
   end
 end
-if taken > 0 and not dry then
+if taken > 0 and not dryRun then
   local parts = {}
   for i = 1, #saved do parts[i] = encode(saved[i][1], saved[i][2]) end
   redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
 end
-return { taken }
+return refundReply(taken)
 `,
 );
 
-function refund(state: number[] | undefined, { now, cost, dryRun, countedAt, tiers }: RefundArgs): MemoryResult<number[]> {
-  if (state === undefined) return { reply: [0], state, expiresAt: undefined };
+function refund(state: number[] | undefined, { now, cost, dryRun, countedAt, tiers }: ScriptArgs): MemoryResult<number[]> {
+  if (state === undefined) return { reply: refundReply(0), state, expiresAt: undefined };
   const next = [...state];
   let taken = 0;
   for (let i = 0; i < tiers.length && 2 * i < state.length; i++) {
     const { limit, window } = tiers[i];
-    let [m, r] = tatAt(state, i, limit, now);
+    let [m, r] = tatAt(savedTat(state, i), limit, now);
     if (now >= countedAt + window || (m <= now && r === 0)) continue;
     const step = cost * window;
     m -= Math.floor(step / limit);
@@ -226,7 +229,7 @@ function refund(state: number[] | undefined, { now, cost, dryRun, countedAt, tie
     next[2 * i + 1] = r;
     taken += cost;
   }
-  return { reply: [taken], state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
+  return { reply: refundReply(taken), state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
 }
 
 export const tokenBucket: AlgorithmScripts<TokenBucketState> = {

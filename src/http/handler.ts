@@ -4,14 +4,14 @@
  * `skipSuccessfulRequests` / `skipFailedRequests`, the refund once the response is done.
  * An adapter supplies an {@link HttpPort}, the few framework calls this path needs.
  */
-import type { Tier } from '../algorithms/types';
-import { secondsUntil } from '../headers';
-import { RateLimiter } from '../limiter';
-import { resolveLimiterOptions, smallestLimit, validateCost } from '../options/limiter';
-import type { Decision } from '../types';
-import { defaultDenialJson, type HttpOptions } from './options';
-import { isPromiseLike, limiterOptionsOf, type ResolvedHttpOptions, resolveHttpOptions, then } from './resolve';
-import { warnOnSharedPrefix } from './shared-prefix';
+import { isPromiseLike, whenSettled } from '../async';
+import { type LimiterCore, limiterFromResolved } from '../core/limiter';
+import { resolveLimiterOptions, validateCost } from '../core/limiter-options';
+import type { Decision } from '../core/types';
+import { smallestLimit, type Tier } from '../tiers';
+import { secondsUntil } from './headers';
+import { defaultDenialJson, type HttpOptions, limiterOptionsOf, type ResolvedHttpOptions, resolveHttpOptions } from './http-options';
+import { warnOnSharedPrefix } from './misconfiguration';
 
 /** Continues the framework's chain: with an error, into its error handling. */
 export type Proceed = (error?: Error) => void;
@@ -53,7 +53,7 @@ interface Check {
 
 /** A limiter with every HTTP option resolved once, at construction, and the adapter's port. */
 export class HttpLimiter<Req, Res> {
-  readonly limiter: RateLimiter;
+  readonly limiter: LimiterCore;
   private readonly options: ResolvedHttpOptions<Req, Res>;
 
   /** `options` must already have passed the adapter's unknown-key check. */
@@ -61,7 +61,7 @@ export class HttpLimiter<Req, Res> {
     options: HttpOptions<Req, Res>,
     private readonly port: HttpPort<Req, Res>,
   ) {
-    this.limiter = new RateLimiter(resolveLimiterOptions(limiterOptionsOf(options as HttpOptions<unknown, unknown>)));
+    this.limiter = limiterFromResolved(resolveLimiterOptions(limiterOptionsOf(options as HttpOptions<unknown, unknown>)));
     this.options = resolveHttpOptions(options, this.limiter, port.statusOf);
     // With limits that depend on the request, two limiters on one prefix may well differ on purpose.
     if (this.options.tiersOf === undefined) warnOnSharedPrefix(this.limiter);
@@ -127,15 +127,15 @@ export class HttpLimiter<Req, Res> {
   private measure(identifier: string, request: Req): Check | PromiseLike<Check> {
     const { costOf, tiersOf, fixedCost } = this.options;
     if (costOf === undefined && tiersOf === undefined) return { identifier, cost: fixedCost, tiers: undefined };
-    return then(costOf === undefined ? fixedCost : costOf(request), (cost) =>
+    return whenSettled(costOf === undefined ? fixedCost : costOf(request), (cost) =>
       tiersOf === undefined
         ? { identifier, cost: validateCost(cost, this.limiter.smallestLimit), tiers: undefined }
-        : then(tiersOf(request), (tiers) => ({ identifier, cost: validateCost(cost, smallestLimit(tiers)), tiers })),
+        : whenSettled(tiersOf(request), (tiers) => ({ identifier, cost: validateCost(cost, smallestLimit(tiers)), tiers })),
     );
   }
 
   private check(identifier: string, cost: number, tiers: readonly Tier[] | undefined, request: Req, response: Res, proceed: Proceed): void {
-    const cached = this.limiter.checkValidated(identifier, cost, tiers, (error, decision) => {
+    const cached = this.limiter.checkPrepared(identifier, cost, tiers, (error, decision) => {
       if (decision === undefined) this.fail(error, request, response, proceed);
       else this.answer(decision, identifier, request, response, proceed);
     });
@@ -217,7 +217,7 @@ export class HttpLimiter<Req, Res> {
       this.report(error, request);
       return;
     }
-    Promise.resolve(then(refund, (yes) => (yes ? this.limiter.refund(identifier, decision) : undefined))).then(
+    Promise.resolve(whenSettled(refund, (yes) => (yes ? this.limiter.refund(identifier, decision) : undefined))).then(
       undefined,
       (error: unknown) => this.report(error, request),
     );

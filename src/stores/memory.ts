@@ -1,7 +1,8 @@
 import type { AlgorithmScripts, RawReply, Script } from '../algorithms/types';
 import { LruMap } from '../lru';
-import { checkOptions, keysOf, nonNegativeInteger, positiveInteger } from '../options/validate';
-import type { Store, StoreCall, StoreCheck, StoreRefund } from './types';
+import type { ScriptCall } from '../protocol';
+import { checkOptions, keysOf, nonNegativeInteger, positiveInteger } from '../validate';
+import type { Store } from './types';
 
 /** Options of {@link MemoryStore}. */
 export interface MemoryStoreOptions {
@@ -85,22 +86,22 @@ export class MemoryStore implements Store {
     return this.shards[(hash >>> 0) % this.shards.length];
   }
 
-  check(scripts: AlgorithmScripts, key: string, check: StoreCheck): Promise<RawReply> {
-    return this.run(scripts.check, key, check, (now) => ({ ...check, now }));
+  check(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
+    return this.run(scripts.check, key, call);
   }
 
-  refund(scripts: AlgorithmScripts, key: string, refund: StoreRefund): Promise<RawReply> {
-    return this.run(scripts.refund, key, refund, (now) => ({ ...refund, now }));
+  refund(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
+    return this.run(scripts.refund, key, call);
   }
 
-  private run<Args>(script: Script<Args>, key: string, call: StoreCall, argsAt: (now: number) => Args): Promise<RawReply> {
+  private run(script: Script, key: string, call: ScriptCall): Promise<RawReply> {
     if (call.now === undefined) this.ownClock = true;
     const at = call.now === undefined ? Date.now() : call.now;
     if (at > this.lastNow) this.lastNow = at;
     const shard = this.shardOf(key);
     let entry = shard.get(key);
     if (entry !== undefined && entry.expiresAt <= at) entry = undefined;
-    const result = script.apply(entry?.state, argsAt(at));
+    const result = script.apply(entry?.state, { ...call, now: at });
     if (entry !== undefined && result.state === entry.state) {
       shard.set(key, entry); // unchanged, but now the most recently used
     } else if (result.state !== undefined) {

@@ -17,8 +17,10 @@ import type { Redis } from 'ioredis';
 import { createClient, type RedisClientType } from 'redis';
 import { createLimiter, type Decision, MemoryStore, RedisStore, type RedisStoreClient } from '../../src';
 import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../src/algorithms';
-import { batchArgv, batchReply, readCounters, scriptArgv } from '../../src/algorithms/prelude';
-import type { AlgorithmName, MemoryResult, Tier } from '../../src/algorithms/types';
+import { readCounters } from '../../src/algorithms/shared';
+import type { AlgorithmName, MemoryResult } from '../../src/algorithms/types';
+import { BATCH_SLOT, batchArgv, batchReply, scriptArgv } from '../../src/protocol';
+import type { Tier } from '../../src/tiers';
 import { mulberry32 as seeded } from '../../support/random';
 import { redisClient, uniquePrefix } from '../helpers/redis';
 
@@ -325,12 +327,14 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
         if (refund) {
           const [taken] = counted.splice(Math.floor(random() * counted.length), 1);
           cost = taken.cost;
-          argv = scriptArgv(now, cost, dryRun, taken.at, tiers);
-          result = scripts.refund.apply(state, { now, cost, dryRun, countedAt: taken.at, tiers });
+          const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, tiers };
+          argv = scriptArgv(args);
+          result = scripts.refund.apply(state, args);
         } else {
           cost = randomCost(random, tiers);
-          argv = scriptArgv(now, cost, dryRun, blockFor, tiers);
-          result = scripts.check.apply(state, { now, cost, dryRun, blockFor, tiers });
+          const args = { now, cost, dryRun, blockFor, countedAt: 0, tiers };
+          argv = scriptArgv(args);
+          result = scripts.check.apply(state, args);
         }
         // PERSIST in the same MULTI, so Redis' real clock cannot expire what the fake clock still needs.
         const results = (await client
@@ -393,8 +397,12 @@ describe.each(ALGORITHMS)('%s: the batch script against the TypeScript twin', (a
           dryRun: shared?.dryRun ?? random() < 0.15,
         }));
         const dryAll = random() < 0.1;
-        const perKey = entries.map((entry) => batchArgv(scriptArgv(now, entry.cost, entry.dryRun, blockFor, tiers)));
-        const argv = [dryAll ? '1' : '0', ...(shared === undefined ? perKey : [perKey[0]])];
+        const sharedArgv = shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, countedAt: 0, tiers });
+        const perKey = entries.map(
+          (entry) => sharedArgv ?? scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, countedAt: 0, tiers }),
+        );
+        const argv = batchArgv(perKey);
+        if (dryAll) argv[BATCH_SLOT.dryRunOverride - 1] = '1';
         if (shared !== undefined && entries.length > 1) sharedBatches++;
         const multi = client.multi().eval(check.batchLua, entries.length, ...entries.map((entry) => entry.key), ...argv);
         for (const key of keys) multi.persist(key);
@@ -403,7 +411,14 @@ describe.each(ALGORITHMS)('%s: the batch script against the TypeScript twin', (a
         const replies = (results[0][1] as string[]).map(batchReply);
         batches++;
         for (const [i, entry] of entries.entries()) {
-          const result = check.apply(states.get(entry.key), { now, cost: entry.cost, dryRun: entry.dryRun || dryAll, blockFor, tiers });
+          const result = check.apply(states.get(entry.key), {
+            now,
+            cost: entry.cost,
+            dryRun: entry.dryRun || dryAll,
+            blockFor,
+            countedAt: 0,
+            tiers,
+          });
           states.set(entry.key, result.state);
           const context = `config ${config}, step ${step}, entry ${i} of ${entries.length}, ${JSON.stringify(entry)}, dry all ${dryAll}`;
           if (!isDeepStrictEqual(replies[i], [...result.reply])) {

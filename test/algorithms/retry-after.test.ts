@@ -5,7 +5,8 @@
  */
 import { createLimiter, type Decision, type Limiter, MemoryStore, type Store } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
-import type { AlgorithmName, Tier } from '../../src/algorithms/types';
+import type { AlgorithmName } from '../../src/algorithms/types';
+import type { Tier } from '../../src/tiers';
 import { mulberry32 as seeded } from '../../support/random';
 import { manualClock, redisStoresPerClient, uniquePrefix } from '../helpers/redis';
 

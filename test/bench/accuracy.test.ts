@@ -14,7 +14,8 @@ import { fixedWindow } from '../../src/algorithms/fixed-window';
 import { slidingLog } from '../../src/algorithms/sliding-log';
 import { slidingWindow } from '../../src/algorithms/sliding-window';
 import { tokenBucket } from '../../src/algorithms/token-bucket';
-import type { AlgorithmName, AlgorithmScripts, Tier } from '../../src/algorithms/types';
+import type { AlgorithmName, AlgorithmScripts } from '../../src/algorithms/types';
+import type { Tier } from '../../src/tiers';
 import { mulberry32 } from '../../support/random';
 
 const ALGORITHMS = [slidingWindow, fixedWindow, slidingLog, tokenBucket] as AlgorithmScripts[];

@@ -1,7 +1,7 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import request from 'supertest';
 import { rateLimit } from '../../src/express';
-import { resolveIdentify } from '../../src/identify';
+import { resolveIdentify } from '../../src/http/identify';
 
 describe('Express: user callbacks that fail', () => {
   test("an async handler's rejection reaches Express's error handling", async () => {

@@ -11,7 +11,7 @@ import express from 'express';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { type ExpressRateLimitOptions, rateLimit } from '../../src/express';
 import { type FastifyRateLimitOptions, rateLimitPlugin } from '../../src/fastify';
-import type { Identify, RequestLike } from '../../src/identify';
+import type { Identify, RequestLike } from '../../src/http/identify';
 
 export type Framework = 'express' | 'fastify';
 export const FRAMEWORKS: readonly Framework[] = ['express', 'fastify'];

@@ -6,7 +6,7 @@
 import { type Cluster, Redis, type RedisOptions } from 'ioredis';
 import { createClient, createCluster } from 'redis';
 import type { RedisStoreClient } from '../../src';
-import { readCounters } from '../../src/algorithms/prelude';
+import { readCounters } from '../../src/algorithms/shared';
 import { type RedisCluster, type RedisProcess, startCluster, startRedis } from '../../support/redis-server';
 
 /** A standalone redis-server owned by the test, with `DEBUG SLEEP` allowed. */

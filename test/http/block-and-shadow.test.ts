@@ -13,7 +13,7 @@ import request from 'supertest';
 import { createLimiter, type Decision, type Limiter, MemoryStore, RedisStore, type Store } from '../../src';
 import { type ExpressRateLimitOptions, rateLimit } from '../../src/express';
 import { type FastifyRateLimitOptions, type RouteRateLimitOptions, rateLimitPlugin } from '../../src/fastify';
-import type { HeadersOption } from '../../src/headers';
+import type { HeadersOption } from '../../src/http/headers';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
 const MINUTE = 60_000;

@@ -22,9 +22,10 @@ import {
   type RequestLike,
   type Store,
 } from '../../src';
+import type { Awaitable } from '../../src/async';
 import * as expressAdapter from '../../src/express';
 import * as fastifyAdapter from '../../src/fastify';
-import type { Awaitable, HttpOptions } from '../../src/http/options';
+import type { HttpOptions } from '../../src/http/http-options';
 import { redisClient } from '../helpers/redis';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports

@@ -1,0 +1,60 @@
+/**
+ * Lua helpers more than one algorithm uses (base 36 counters, the exact remaining units), and
+ * the TypeScript twin of their arithmetic.
+ */
+
+/** The shared helpers, in Lua. */
+export const LUA_SHARED = `
+local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+-- Counters are stored in base 36: a window index and two counts fit in 12 characters,
+-- which keeps a key within Redis's smallest string allocation for realistic counts.
+-- Remembered for the run: the checks of a batch share their window indexes, and small counts repeat.
+local base36Of = { [0] = '0' }
+local function base36(number)
+  local text = base36Of[number]
+  if text then return text end
+  text = ''
+  local rest = number
+  while rest > 0 do
+    local digit = rest % 36
+    text = string.sub(DIGITS, digit + 1, digit + 1) .. text
+    rest = (rest - digit) / 36
+  end
+  base36Of[number] = text
+  return text
+end
+local function readCounters(value)
+  local numbers = {}
+  if value then
+    for part in string.gmatch(value, '[0-9a-z]+') do numbers[#numbers + 1] = tonumber(part, 36) end
+  end
+  return numbers
+end
+-- floor(limit - numerator / denominator), at least 0, in exact integer steps.
+local function remainingOf(numerator, denominator, limit)
+  local room = limit * denominator - numerator
+  if room <= 0 then return 0 end
+  local units = math.floor(room / denominator)
+  if units * denominator > room then units = units - 1 elseif (units + 1) * denominator <= room then units = units + 1 end
+  return units
+end
+`;
+
+/** `floor(limit - numerator / denominator)`, at least 0, in exact integer steps: the twin of the Lua `remainingOf`. */
+export function remainingOf(numerator: number, denominator: number, limit: number): number {
+  const room = limit * denominator - numerator;
+  if (room <= 0) return 0;
+  let units = Math.floor(room / denominator);
+  if (units * denominator > room) units -= 1;
+  else if ((units + 1) * denominator <= room) units += 1;
+  return units;
+}
+
+/**
+ * Reads a counter string as the sliding and fixed window scripts store it, the twin of the Lua
+ * `readCounters`: base 36 numbers, `:` within a tier, spaces between tiers (`"hu2s7:a:0 1e4:b:3"`).
+ * For tests and tools that inspect Redis.
+ */
+export function readCounters(value: string): number[] {
+  return (value.match(/[0-9a-z]+/g) ?? []).map((part) => parseInt(part, 36));
+}

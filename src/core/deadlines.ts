@@ -1,0 +1,119 @@
+import { callEach } from '../async';
+import { RateLimitTimeoutError } from '../errors';
+
+/** One bounded call: settled by its store reply or by its deadline, whichever comes first. */
+export interface Pending {
+  readonly deadline: number;
+  settled: boolean;
+  readonly expire: (error: Error) => void;
+}
+
+/** What a dropped slot holds, so the queue keeps no settled call alive. */
+const DROPPED: Pending = { deadline: 0, settled: true, expire: () => undefined };
+
+/** Past this many dropped slots at the front, the queue is compacted. */
+const COMPACT_AFTER = 4096;
+
+/**
+ * Bounds calls by one fixed timeout with a single timer. Every call of a limiter waits the same
+ * `timeoutMs`, so deadlines come in start order: a FIFO of pending calls and one timer armed for
+ * the oldest replace a `setTimeout`/`clearTimeout` pair per call. Replies mostly come in the
+ * order calls were sent, so settled calls leave from the front at once and die young.
+ */
+export class Deadlines {
+  private queue: Pending[] = [];
+  /** Index of the oldest entry not dropped yet. */
+  private head = 0;
+  private timer: NodeJS.Timeout | undefined;
+  /** Whether the timer holds the event loop open: only while a call is pending. */
+  private holding = false;
+
+  constructor(readonly timeoutMs: number) {}
+
+  /**
+   * Starts bounding a call: `expire` runs with a {@link RateLimitTimeoutError} once `timeoutMs`
+   * has passed, unless {@link finish} came first. The callback form spares the hot path a
+   * promise and its closures per check.
+   */
+  start(expire: (error: Error) => void): Pending {
+    const pending: Pending = { deadline: Date.now() + this.timeoutMs, settled: false, expire };
+    this.queue.push(pending);
+    if (this.timer === undefined) this.arm(this.timeoutMs);
+    else if (!this.holding) this.hold(true);
+    return pending;
+  }
+
+  /** Ends a call that got its answer: false when its deadline had already failed it (drop the answer then). */
+  finish(pending: Pending): boolean {
+    if (pending.settled) return false;
+    pending.settled = true;
+    this.dropSettled();
+    return true;
+  }
+
+  /** Settles like `promise`, or rejects with a {@link RateLimitTimeoutError} once `timeoutMs` has passed. */
+  bound<T>(promise: Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const pending = this.start(reject);
+      promise.then(
+        (value) => {
+          if (this.finish(pending)) resolve(value);
+        },
+        (error: unknown) => {
+          if (this.finish(pending)) reject(error);
+        },
+      );
+    });
+  }
+
+  /** Drops settled calls from the front. */
+  private dropSettled(): void {
+    const { queue } = this;
+    while (this.head < queue.length && queue[this.head].settled) queue[this.head++] = DROPPED;
+    if (this.head === queue.length) {
+      queue.length = 0;
+      this.head = 0;
+      // Nothing left to bound: the armed timer must not keep a process that is done from exiting.
+      if (this.holding) this.hold(false);
+    } else if (this.head > COMPACT_AFTER) {
+      this.queue = queue.slice(this.head);
+      this.head = 0;
+    }
+  }
+
+  private arm(delay: number): void {
+    // Referenced, like the timer of a single call: a bound must hold even for a store with no socket.
+    this.timer = setTimeout(() => this.expire(), delay);
+    this.holding = true;
+  }
+
+  private hold(holding: boolean): void {
+    if (holding) this.timer?.ref();
+    else this.timer?.unref();
+    this.holding = holding;
+  }
+
+  /** Fails every call whose deadline has passed, then waits for the next oldest. */
+  private expire(): void {
+    this.timer = undefined;
+    const now = Date.now();
+    const { queue } = this;
+    const expired: Pending[] = [];
+    while (this.head < queue.length) {
+      const pending = queue[this.head];
+      if (!pending.settled && pending.deadline > now) break;
+      queue[this.head++] = DROPPED;
+      if (!pending.settled) {
+        pending.settled = true;
+        expired.push(pending);
+      }
+    }
+    this.dropSettled();
+    if (this.head < this.queue.length) this.arm(Math.max(1, this.queue[this.head].deadline - now));
+    // Last, once the queue and timer are in order: a callback may run the app's own code (the
+    // HTTP path goes on to the next handler), and one that throws must not leave the rest waiting.
+    callEach(expired, (pending) =>
+      pending.expire(new RateLimitTimeoutError(`rate limit store did not answer within ${this.timeoutMs} ms`)),
+    );
+  }
+}

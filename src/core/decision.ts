@@ -1,0 +1,71 @@
+import { remainingOf } from '../algorithms/shared';
+import type { RawReply } from '../algorithms/types';
+import { REPLY, TIER_REPLY } from '../protocol';
+import type { Tier } from '../tiers';
+import type { Decision, TierDecision } from './types';
+
+/** What a check asked, which its reply does not repeat. */
+export interface CheckAsked {
+  readonly tiers: readonly Tier[];
+  readonly cost: number;
+  /** A peek: nothing was to be counted. */
+  readonly dryRun: boolean;
+  /** The limiter runs in shadow mode. */
+  readonly shadow: boolean;
+}
+
+/** Milliseconds left on the identifier's block, from a check's raw reply; 0 when it is not blocked. */
+export function blockedMsOf(raw: RawReply): number {
+  return Number(raw[REPLY.blockedMs]);
+}
+
+/**
+ * Decodes a check script's reply into a {@link Decision}: each tier's estimate, remaining,
+ * wait and reset, and the binding tier, the one that keeps the client waiting longest, then the
+ * one with least left. While the identifier is blocked, no tier has quota before the block ends.
+ */
+export function decodeDecision(raw: RawReply, { tiers, cost, dryRun, shadow }: CheckAsked): Decision {
+  const allowed = raw[REPLY.allowed] === 1;
+  const now = Number(raw[REPLY.now]);
+  const blockedMs = blockedMsOf(raw);
+  const tierDecisions: TierDecision[] = new Array(tiers.length);
+  let binding = 0;
+  for (let i = 0; i < tiers.length; i++) {
+    const { limit, window } = tiers[i];
+    const at = REPLY.firstTier + TIER_REPLY.size * i;
+    const numerator = Number(raw[at + TIER_REPLY.numerator]);
+    const denominator = Number(raw[at + TIER_REPLY.denominator]);
+    const waitMs = Number(raw[at + TIER_REPLY.waitMs]);
+    const resetMs = Number(raw[at + TIER_REPLY.resetMs]);
+    const tier: TierDecision = {
+      limit,
+      window,
+      estimated: numerator / denominator,
+      remaining: blockedMs > 0 ? 0 : remainingOf(numerator, denominator, limit),
+      retryAfterMs: Math.max(waitMs, blockedMs),
+      resetAt: now + Math.max(resetMs, blockedMs),
+    };
+    tierDecisions[i] = tier;
+    const best = tierDecisions[binding];
+    if (tier.retryAfterMs > best.retryAfterMs || (tier.retryAfterMs === best.retryAfterMs && tier.remaining < best.remaining)) binding = i;
+  }
+  const top = tierDecisions[binding];
+  return {
+    allowed,
+    limit: top.limit,
+    window: top.window,
+    remaining: top.remaining,
+    estimated: top.estimated,
+    ratio: top.estimated / top.limit,
+    resetAt: top.resetAt,
+    retryAfterMs: allowed ? 0 : top.retryAfterMs,
+    tier: binding,
+    tiers: tierDecisions,
+    now,
+    cost,
+    counted: allowed && cost > 0 && !dryRun,
+    blocked: blockedMs > 0,
+    shadow,
+    cached: false,
+  };
+}

@@ -1,0 +1,25 @@
+import { createHash } from 'node:crypto';
+import { OptionError } from '../errors';
+import { describeValue } from '../validate';
+
+/** Identifiers longer than this are replaced by their hash, so keys stay short. */
+const MAX_IDENTIFIER_LENGTH = 128;
+/** A surrogate outside a pair: encoded as UTF-8 for Redis it becomes U+FFFD, so distinct identifiers would share a key. */
+const LONE_SURROGATE = /\p{Surrogate}/u;
+
+/**
+ * The store key of `identifier` under `keyPrefix` (`'<prefix>:'`). Long or ill-formed
+ * identifiers become `sha256:<hash>`, so keys stay short and distinct identifiers never share one.
+ */
+export function storeKey(keyPrefix: string, identifier: string): string {
+  if (typeof identifier !== 'string') {
+    throw new OptionError('SWL_INVALID_IDENTIFIER', `identifier: must be a string, got ${describeValue(identifier)}`);
+  }
+  const illFormed = LONE_SURROGATE.test(identifier);
+  if (illFormed || identifier.length > MAX_IDENTIFIER_LENGTH) {
+    // An ill-formed identifier is hashed from its UTF-16 code units, which keep it distinct.
+    const bytes = illFormed ? Buffer.from(identifier, 'utf16le') : identifier;
+    return `${keyPrefix}sha256:${createHash('sha256').update(bytes).digest('base64url')}`;
+  }
+  return keyPrefix + identifier;
+}

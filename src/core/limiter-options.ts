@@ -1,0 +1,96 @@
+/** Validation and resolution of {@link LimiterOptions}: each default once, each option checked once. */
+import { ALGORITHM_NAMES } from '../algorithms';
+import type { AlgorithmName } from '../algorithms/types';
+import { OptionError } from '../errors';
+import { MemoryStore } from '../stores/memory';
+import type { Store } from '../stores/types';
+import { resolveTiers, type Tier } from '../tiers';
+import {
+  describeValue,
+  type KnownKeys,
+  keysOf,
+  nonNegativeInteger,
+  oneOf,
+  optionalFunction,
+  parseDuration,
+  positiveInteger,
+} from '../validate';
+import type { LimiterOptions } from './types';
+
+export const DEFAULT_ALGORITHM: AlgorithmName = 'sliding-window';
+export const DEFAULT_PREFIX = 'rl';
+export const DEFAULT_TIMEOUT_MS = 500;
+export const DEFAULT_DENY_CACHE_SIZE = 10_000;
+export const DEFAULT_COST = 1;
+
+/** Every key of {@link LimiterOptions}; the adapters' option lists extend it. */
+export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
+  store: true,
+  limit: true,
+  window: true,
+  limits: true,
+  algorithm: true,
+  prefix: true,
+  clock: true,
+  timeoutMs: true,
+  denyCacheSize: true,
+  blockFor: true,
+  shadow: true,
+};
+export const LIMITER_OPTIONS = keysOf<LimiterOptions>(LIMITER_OPTION_KEYS);
+
+/** {@link LimiterOptions} validated, with every default applied. */
+export interface ResolvedLimiterOptions {
+  readonly store: Store;
+  readonly tiers: readonly Tier[];
+  readonly algorithm: AlgorithmName;
+  readonly prefix: string;
+  readonly clock: (() => number) | undefined;
+  readonly timeoutMs: number;
+  readonly denyCacheSize: number;
+  /** Milliseconds; 0 for none. */
+  readonly blockFor: number;
+  readonly shadow: boolean;
+}
+
+/** Validates `options` (whose unknown keys the caller has already rejected) and applies the defaults. */
+export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterOptions {
+  const tiers = Object.freeze(resolveTiers(options));
+  const store = options.store ?? new MemoryStore();
+  if (typeof store.check !== 'function' || typeof store.refund !== 'function' || typeof store.reset !== 'function') {
+    throw new OptionError('SWL_INVALID_STORE', 'store: must be a RedisStore, a MemoryStore or another Store implementation');
+  }
+  return {
+    store,
+    tiers,
+    algorithm: oneOf(options.algorithm === undefined ? DEFAULT_ALGORITHM : options.algorithm, ALGORITHM_NAMES, 'algorithm'),
+    prefix: resolvePrefix(options.prefix === undefined ? DEFAULT_PREFIX : options.prefix),
+    clock: optionalFunction(options.clock, 'clock'),
+    timeoutMs: options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : positiveInteger(options.timeoutMs, 'timeoutMs'),
+    denyCacheSize:
+      options.denyCacheSize === undefined ? DEFAULT_DENY_CACHE_SIZE : nonNegativeInteger(options.denyCacheSize, 'denyCacheSize'),
+    blockFor: options.blockFor === undefined || options.blockFor === 0 ? 0 : parseDuration(options.blockFor, 'blockFor'),
+    shadow: oneOf(options.shadow ?? false, [true, false], 'shadow'),
+  };
+}
+
+function resolvePrefix(prefix: unknown): string {
+  if (typeof prefix !== 'string' || prefix.length === 0 || /[{}\s]/.test(prefix)) {
+    throw new OptionError(
+      'SWL_INVALID_PREFIX',
+      `prefix: must be a non-empty string without braces or white space, got ${describeValue(prefix)}`,
+    );
+  }
+  return prefix;
+}
+
+/** Returns `cost` if it is an integer from 0 to `smallest`, else throws naming `cost`. */
+export function validateCost(cost: unknown, smallest: number): number {
+  if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 0 || cost > smallest) {
+    throw new OptionError(
+      'SWL_INVALID_COST',
+      `cost: must be an integer from 0 to ${smallest} (the smallest limit), got ${describeValue(cost)}`,
+    );
+  }
+  return cost;
+}

@@ -1,0 +1,161 @@
+/**
+ * The public types of the core: what a limiter is given, and what it answers. The HTTP
+ * options, the store interface and the algorithms' own types live with their code.
+ */
+import type { AlgorithmName } from '../algorithms/types';
+import type { Store } from '../stores/types';
+import type { Tier, TierOptions } from '../tiers';
+import type { Duration } from '../validate';
+
+/** Options of {@link createLimiter}. */
+export interface LimiterOptions {
+  /** Where counts are kept: a `RedisStore`, or a `MemoryStore` (the default: a new one per limiter). */
+  store?: Store;
+  /** Most units of cost allowed per `window`: a positive integer. Default `100`. Use either `limit`/`window` or `limits`. */
+  limit?: number;
+  /** Window length: milliseconds or a string such as `'1s'`, `'1m'`, `'1h'`, `'1d'`. Default `'1m'`. */
+  window?: Duration;
+  /**
+   * Several limits enforced together, e.g. `[{ limit: 10, window: '1s' }, { limit: 1000, window: '1h' }]`.
+   * All are checked and counted in one atomic step: a request denied by any tier is counted by none.
+   */
+  limits?: readonly TierOptions[];
+  /**
+   * `'sliding-window'` (default): the sliding window counter, two counters per tier, close to exact.
+   * `'fixed-window'`: one counter per window, cheapest, but lets up to twice the limit through around
+   * a window boundary. `'sliding-log'`: exact, one entry per counted unit; for billing or very small limits.
+   */
+  algorithm?: AlgorithmName;
+  /** Prefix of every key this limiter writes: `${prefix}:${identifier}`. Default `'rl'`. Give each limiter its own. */
+  prefix?: string;
+  /**
+   * A clock returning epoch milliseconds, for tests. Without it the Redis script reads the
+   * time from Redis itself (`TIME`), so app servers with skewed clocks agree.
+   */
+  clock?: () => number;
+  /** Longest wait for the store, in milliseconds, before a check fails with a `RateLimitTimeoutError`. Default `500`. */
+  timeoutMs?: number;
+  /**
+   * Size of the local deny cache: identifiers that were denied are answered from this
+   * process, without a store round trip, until the moment they can be allowed again.
+   * Exact, because a denied identifier's estimate can only fall with time. `0` turns it off. Default `10_000`.
+   */
+  denyCacheSize?: number;
+  /**
+   * A penalty: once an identifier is denied, refuse it for this long from that denial, whatever
+   * its counts say (milliseconds or a duration string). The block is kept in the identifier's own
+   * key by the script that denied, so every process sharing the store refuses it at once, and it
+   * survives restarts; `reset()` lifts it. Default: no block.
+   */
+  blockFor?: Duration;
+  /**
+   * Shadow mode: check and count every request exactly as if the limit were enforced, but mark
+   * every decision `shadow: true`; the HTTP adapters then never refuse a request (and send no
+   * rate-limit headers unless `headers` is set). For watching a new limit before enforcing it.
+   * Default `false`.
+   */
+  shadow?: boolean;
+}
+
+/** Options of one {@link Limiter.check} or {@link Limiter.peek}. */
+export interface CheckOptions {
+  /** Units this request consumes: an integer from 0 to the smallest limit. Default `1`. */
+  cost?: number;
+  /**
+   * This call's limit, e.g. from the caller's plan. With a one-tier limiter it replaces that
+   * tier's limit (and `window` its window); with several tiers give both, or `limits`.
+   * Counts belong to the identifier, not to the limit: a new limit applies to what was already counted.
+   */
+  limit?: number;
+  /** This call's window (see `limit`). */
+  window?: Duration;
+  /** This call's tiers, replacing the limiter's. Tiers are matched to what is stored by position (see the README). */
+  limits?: readonly TierOptions[];
+}
+
+/** How one tier judged a request. */
+export interface TierDecision {
+  readonly limit: number;
+  /** Window length in milliseconds. */
+  readonly window: number;
+  /** The estimated count in the window, including this request when it was allowed. */
+  readonly estimated: number;
+  /** `max(0, floor(limit - estimated))`. */
+  readonly remaining: number;
+  /** Milliseconds until this tier would allow a request of the same cost; `0` when it does now. */
+  readonly retryAfterMs: number;
+  /**
+   * Epoch ms at which this tier next makes quota available (`remaining` grows by at least one),
+   * assuming nothing else is counted; `now` when nothing is counted in it. As in the IETF
+   * RateLimit draft's reset parameter, this is not the moment the whole quota is back.
+   */
+  readonly resetAt: number;
+}
+
+/** The outcome of a check. The top-level figures are those of the binding (most restrictive) tier. */
+export interface Decision {
+  readonly allowed: boolean;
+  readonly limit: number;
+  /** Window length of the binding tier, in milliseconds. */
+  readonly window: number;
+  /** Units left after this request: `max(0, floor(limit - estimated))`. */
+  readonly remaining: number;
+  /** The estimated count, including this request when it was allowed. */
+  readonly estimated: number;
+  /** `estimated / limit`: around 1 is where an approximating algorithm can be wrong. */
+  readonly ratio: number;
+  /**
+   * Epoch ms at which the binding tier next makes quota available (its `remaining` grows),
+   * assuming nothing else is counted: the reset of the IETF RateLimit draft. Never later than
+   * `now + retryAfterMs` on a denial; `now` when nothing is counted.
+   */
+  readonly resetAt: number;
+  /** Milliseconds until this request would be allowed; `0` when allowed. Exact. */
+  readonly retryAfterMs: number;
+  /** Index into `tiers` of the binding tier: the one that keeps the client waiting longest, then the one with least left. */
+  readonly tier: number;
+  /** Every tier's view, in the order the tiers were given. */
+  readonly tiers: readonly TierDecision[];
+  /** The time of the decision (epoch ms), from the store's clock or the injected one. */
+  readonly now: number;
+  /** The cost that was checked. */
+  readonly cost: number;
+  /** True when this check counted its cost (allowed, a cost above 0, not a peek): what {@link Limiter.refund} takes back. */
+  readonly counted: boolean;
+  /**
+   * True while the identifier is blocked (`blockFor`), including on the denial that started the
+   * block: `retryAfterMs` is then the exact time left on the block, and every tier reports no quota
+   * until it ends.
+   */
+  readonly blocked: boolean;
+  /** True when the limiter runs in shadow mode: the decision is reported, not enforced. */
+  readonly shadow: boolean;
+  /** True when the answer came from the local deny cache rather than the store. */
+  readonly cached: boolean;
+}
+
+/** A configured rate limiter. Create with {@link createLimiter}. */
+export interface Limiter {
+  /** Checks and, when allowed, counts a request of `cost` (default 1) for `identifier`. */
+  check(identifier: string, options?: CheckOptions): Promise<Decision>;
+  /** Tells what a request of `cost` would get now, counting nothing. */
+  peek(identifier: string, options?: CheckOptions): Promise<Decision>;
+  /**
+   * Takes back what `decision` (a check of `identifier`) counted, from the window it was counted
+   * in, never below zero: for requests that should not count after all (see
+   * `skipFailedRequests`). A decision that counted nothing is ignored.
+   */
+  refund(identifier: string, decision: Decision): Promise<void>;
+  /** Forgets everything counted for `identifier`. */
+  reset(identifier: string): Promise<void>;
+  /** The store key used for `identifier`. */
+  keyFor(identifier: string): string;
+  readonly store: Store;
+  readonly algorithm: AlgorithmName;
+  readonly tiers: readonly Tier[];
+  readonly prefix: string;
+  readonly timeoutMs: number;
+  /** Milliseconds of `blockFor`; 0 for none. */
+  readonly blockFor: number;
+  readonly shadow: boolean;
+}

@@ -1,0 +1,266 @@
+/**
+ * The options every HTTP adapter shares: declared (with their TSDoc), listed and defaulted here,
+ * and resolved once per limiter, at construction (or Fastify route registration), so a request
+ * does no option lookup.
+ */
+import { type Awaitable, isPromiseLike, whenSettled } from '../async';
+import { DEFAULT_COST, LIMITER_OPTION_KEYS, LIMITER_OPTIONS, validateCost } from '../core/limiter-options';
+import type { Decision, LimiterOptions } from '../core/types';
+import { OptionError } from '../errors';
+import { resolveTiers, smallestLimit, type Tier, type TierOptions } from '../tiers';
+import { type Duration, describeValue, type KnownKeys, keysOf, oneOf, optionalFunction } from '../validate';
+import { createHeaderWriter, type HeadersOption, type HeaderWriter, type ResetFormat } from './headers';
+import { byIp, type IdentifyOption, resolveIdentify } from './identify';
+
+/**
+ * Options shared by the Express middleware and the Fastify plugin. `Req` and `Res` are the
+ * framework's request and response (reply) types. Every function option may be async.
+ */
+export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'limit' | 'window' | 'limits'> {
+  /**
+   * Most units of cost per `window`: a positive integer, or a function of the request, e.g.
+   * `(req) => (req.user?.plan === 'pro' ? 1000 : 100)`. Default `100`. Counts belong to the
+   * identifier, not to the limit: a client whose limit changes keeps what it has used.
+   */
+  limit?: number | ((request: Req) => Awaitable<number>);
+  /** Window length (`'1m'`, milliseconds...), or a function of the request. Default `'1m'`. */
+  window?: Duration | ((request: Req) => Awaitable<Duration>);
+  /** Several tiers instead of `limit`/`window`, or a function of the request returning them. */
+  limits?: readonly TierOptions[] | ((request: Req) => Awaitable<readonly TierOptions[]>);
+  /**
+   * Who a request counts against: a function, or a list tried in order (first non-empty
+   * answer wins), e.g. `[byApiKey(), byIp()]`. Default `byIp()`. Requests that nothing
+   * identifies share the single identifier `anonymous`.
+   */
+  identify?: IdentifyOption<Req>;
+  /** Units a request consumes: a number, or a function of the request. Default `1`. */
+  cost?: number | ((request: Req) => Awaitable<number>);
+  /** Return true to let a request through without counting it (health checks, allow-lists). */
+  skip?: (request: Req) => Awaitable<boolean>;
+  /**
+   * Give back what a request counted once its response shows it succeeded, e.g. to limit
+   * failed logins only. The request is counted when it arrives (so a burst cannot slip past
+   * the limit) and refunded after. Default `false`.
+   */
+  skipSuccessfulRequests?: boolean;
+  /** Give back what a request counted once its response shows it failed; a client that went away counts as failed. Default `false`. */
+  skipFailedRequests?: boolean;
+  /** Whether a finished request succeeded, for the two options above. Default: its status is below 400. */
+  requestWasSuccessful?: (request: Req, response: Res) => Awaitable<boolean>;
+  /** Which rate-limit headers to send: `'legacy'` (default), `'draft-6'`, `'draft-7'`, `'ietf'`, several, a custom function, or `false`. */
+  headers?: HeadersOption;
+  /** For the legacy `X-RateLimit-Reset`: `'epoch'` seconds (default) or `'delta'` seconds from now. */
+  resetFormat?: ResetFormat;
+  /** Status of a denied request. Default `429`. */
+  statusCode?: number;
+  /**
+   * Body of a denied request: a string (sent as text), an object (sent as JSON) or a function
+   * of the request and decision returning either. Default
+   * `{ error: 'Too Many Requests', retryAfter: <seconds> }`, sent as ready JSON text: in
+   * Fastify, `preSerialization` hooks and a reply serializer see only a `message` object
+   * (`onSend` hooks see every body).
+   */
+  message?: string | object | ((request: Req, decision: Decision) => Awaitable<string | object>);
+  /** Called with every decision (allowed or denied), e.g. for metrics. `decision.ratio` is `estimated / limit`. */
+  onDecision?: (decision: Decision, request: Req) => void;
+  /** Called only for decisions whose `ratio` lies inside `nearLimitBand`: where an estimate can be wrong. */
+  onNearLimit?: (decision: Decision, request: Req) => void;
+  /** The `[low, high]` band of `ratio` for `onNearLimit`. Default `[0.9, 1.1]`. */
+  nearLimitBand?: readonly [number, number];
+  /**
+   * Called when the store fails or times out (the request then passes with `failMode: 'open'`
+   * or gets 503 with `'closed'`), when one of the app's own functions above throws or rejects
+   * (the request then goes to the framework's error handling), or when a refund fails.
+   */
+  onError?: (error: unknown, request: Req) => void;
+  /** What to do when the store fails or times out: `'open'` lets the request through (default), `'closed'` answers 503. */
+  failMode?: FailMode;
+}
+
+/** What to do with a request when the store fails or times out. */
+export type FailMode = 'open' | 'closed';
+
+export const DEFAULT_STATUS_CODE = 429;
+export const DEFAULT_NEAR_LIMIT_BAND: readonly [number, number] = [0.9, 1.1];
+export const DEFAULT_FAIL_MODE: FailMode = 'open';
+/** The status below which `requestWasSuccessful` calls a request successful by default. */
+export const FIRST_FAILED_STATUS = 400;
+/** The content type of a JSON body, as both frameworks send it. */
+export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
+
+/**
+ * The default body of a denied request, `{ "error": "Too Many Requests", "retryAfter": <seconds> }`,
+ * as ready JSON text: a flood of denials then skips the framework's serializer (measured by
+ * `npm run bench`, scenario (c)).
+ */
+export function defaultDenialJson(retryAfter: number): string {
+  return `{"error":"Too Many Requests","retryAfter":${retryAfter}}`;
+}
+
+/** Body of the 503 answered with `failMode: 'closed'` while the store is failing. */
+export const SERVICE_UNAVAILABLE = Object.freeze({ error: 'Service Unavailable' });
+
+/** Every key of {@link HttpOptions}; each adapter adds its own. */
+export const HTTP_OPTION_KEYS: KnownKeys<HttpOptions<unknown, unknown>> = {
+  ...LIMITER_OPTION_KEYS,
+  identify: true,
+  cost: true,
+  skip: true,
+  skipSuccessfulRequests: true,
+  skipFailedRequests: true,
+  requestWasSuccessful: true,
+  headers: true,
+  resetFormat: true,
+  statusCode: true,
+  message: true,
+  onDecision: true,
+  onNearLimit: true,
+  nearLimitBand: true,
+  onError: true,
+  failMode: true,
+};
+export const HTTP_OPTIONS = keysOf<HttpOptions<unknown, unknown>>(HTTP_OPTION_KEYS);
+
+/** The HTTP options resolved once, so a request does no option lookups. */
+export interface ResolvedHttpOptions<Req, Res> {
+  readonly identify: (request: Req) => string | Promise<string>;
+  /** The cost of every request, when `cost` is not a function. */
+  readonly fixedCost: number;
+  readonly costOf: ((request: Req) => Awaitable<number>) | undefined;
+  /** The tiers of one request, when `limit`, `window` or `limits` is a function; validated. */
+  readonly tiersOf: ((request: Req) => Awaitable<readonly Tier[]>) | undefined;
+  readonly skip: ((request: Req) => Awaitable<boolean>) | undefined;
+  /** Whether a finished request's count is given back, when `skipSuccessfulRequests` or `skipFailedRequests` is set. */
+  readonly refundWhen: ((request: Req, response: Res, finished: boolean) => Awaitable<boolean>) | undefined;
+  readonly writeHeaders: HeaderWriter | undefined;
+  readonly statusCode: number;
+  readonly message: HttpOptions<Req, Res>['message'];
+  readonly onDecision: HttpOptions<Req, Res>['onDecision'];
+  readonly onNearLimit: HttpOptions<Req, Res>['onNearLimit'];
+  readonly nearLimitBand: readonly [number, number];
+  readonly onError: HttpOptions<Req, Res>['onError'];
+  readonly failClosed: boolean;
+}
+
+/** The limiter options among `options`, without request-dependent ones (the limiter's own tiers then take the defaults). */
+export function limiterOptionsOf(options: HttpOptions<unknown, unknown>): LimiterOptions {
+  const limiterOptions: Record<string, unknown> = {};
+  for (const key of LIMITER_OPTIONS) {
+    const value = (options as Record<string, unknown>)[key];
+    if (value !== undefined && typeof value !== 'function') limiterOptions[key] = value;
+  }
+  if (typeof options.clock === 'function') limiterOptions.clock = options.clock;
+  return limiterOptions as LimiterOptions;
+}
+
+/**
+ * Resolves `options` for a limiter with its own `tiers` (and `shadow` mode). `statusOf` reads
+ * a finished response's status, for the default `requestWasSuccessful`.
+ */
+export function resolveHttpOptions<Req, Res>(
+  options: HttpOptions<Req, Res>,
+  { tiers, shadow }: { readonly tiers: readonly Tier[]; readonly shadow: boolean },
+  statusOf: (response: Res) => number,
+): ResolvedHttpOptions<Req, Res> {
+  const identify = resolveIdentify(options.identify, byIp() as unknown as (request: Req) => string | undefined);
+  const tiersOf = requestTiers(options);
+  const smallest = smallestLimit(tiers);
+  const cost = options.cost;
+  // With request-dependent tiers, a fixed cost is checked against each request's tiers instead.
+  const fixedCost = typeof cost === 'function' || cost === undefined ? DEFAULT_COST : validateCost(cost, tiersOf ? Infinity : smallest);
+  const skip = optionalFunction(options.skip, 'skip');
+  const refundWhen = resolveRefund(options, statusOf);
+  // A shadow limiter must not change what clients see: no headers unless asked for.
+  const writeHeaders =
+    shadow && options.headers === undefined
+      ? undefined
+      : createHeaderWriter(options.headers, options.resetFormat, tiersOf ? undefined : tiers);
+  const statusCode = options.statusCode ?? DEFAULT_STATUS_CODE;
+  if (!Number.isInteger(statusCode) || statusCode < 400 || statusCode > 599) {
+    throw new OptionError('SWL_INVALID_NUMBER', `statusCode: must be an HTTP error status (400-599), got ${describeValue(statusCode)}`);
+  }
+  if (options.message !== undefined && !['string', 'object', 'function'].includes(typeof options.message)) {
+    throw new OptionError('SWL_INVALID_TYPE', `message: must be a string, an object or a function, got ${describeValue(options.message)}`);
+  }
+  const onDecision = optionalFunction(options.onDecision, 'onDecision');
+  const onNearLimit = optionalFunction(options.onNearLimit, 'onNearLimit');
+  const band = options.nearLimitBand ?? DEFAULT_NEAR_LIMIT_BAND;
+  if (!Array.isArray(band) || band.length !== 2 || !band.every((n) => typeof n === 'number' && Number.isFinite(n)) || band[0] > band[1]) {
+    throw new OptionError('SWL_INVALID_NUMBER', `nearLimitBand: must be [low, high] with low <= high, got ${describeValue(band)}`);
+  }
+  return {
+    identify,
+    fixedCost,
+    costOf: typeof cost === 'function' ? cost : undefined,
+    tiersOf,
+    skip,
+    refundWhen,
+    writeHeaders,
+    statusCode,
+    message: options.message,
+    onDecision,
+    onNearLimit,
+    nearLimitBand: band,
+    onError: optionalFunction(options.onError, 'onError'),
+    failClosed: oneOf(options.failMode ?? DEFAULT_FAIL_MODE, ['open', 'closed'] as const, 'failMode') === 'closed',
+  };
+}
+
+/**
+ * The tiers of one request when `limit`, `window` or `limits` is a function of it: the
+ * functions' answers are validated like static options, and an invalid answer (a bug in the
+ * app) rejects with an `OptionError` naming the option.
+ */
+function requestTiers<Req, Res>(options: HttpOptions<Req, Res>): ((request: Req) => Awaitable<readonly Tier[]>) | undefined {
+  const { limit, window, limits } = options;
+  if (typeof limit !== 'function' && typeof window !== 'function' && typeof limits !== 'function') return undefined;
+  if (limits !== undefined && (limit !== undefined || window !== undefined)) {
+    throw new OptionError('SWL_CONFLICTING_OPTIONS', 'limits: give either limits or limit/window, not both');
+  }
+  if (typeof limits === 'function') {
+    return (request) => whenSettled(limits(request), (answer) => resolveTiers({ limits: answered(answer, 'limits') }));
+  }
+  // Static parts are validated now, so a mistake there fails at construction.
+  if (typeof limit !== 'function' || typeof window !== 'function') {
+    resolveTiers({ limit: typeof limit === 'function' ? 1 : limit, window: typeof window === 'function' ? 1 : window });
+  }
+  const tiersOf = (limitAnswer: number | undefined, windowAnswer: Duration | undefined): Tier[] =>
+    resolveTiers({
+      limit: typeof limit === 'function' ? answered(limitAnswer, 'limit') : limitAnswer,
+      window: typeof window === 'function' ? answered(windowAnswer, 'window') : windowAnswer,
+    });
+  return (request) => {
+    const limitAnswer = typeof limit === 'function' ? limit(request) : limit;
+    const windowAnswer = typeof window === 'function' ? window(request) : window;
+    if (isPromiseLike(limitAnswer) || isPromiseLike(windowAnswer)) {
+      return Promise.all([limitAnswer, windowAnswer]).then(([l, w]) => tiersOf(l, w));
+    }
+    return tiersOf(limitAnswer, windowAnswer);
+  };
+}
+
+/** A function's answer for `option`: nothing is a bug in the app, not a request for the default. */
+function answered<T>(answer: T | undefined, option: string): T {
+  if (answer === undefined || answer === null) {
+    throw new OptionError('SWL_INVALID_LIMIT', `${option}: the function of the request answered ${describeValue(answer)}`);
+  }
+  return answer;
+}
+
+function resolveRefund<Req, Res>(
+  options: HttpOptions<Req, Res>,
+  statusOf: (response: Res) => number,
+): ((request: Req, response: Res, finished: boolean) => Awaitable<boolean>) | undefined {
+  const { skipSuccessfulRequests = false, skipFailedRequests = false } = options;
+  oneOf(skipSuccessfulRequests, [true, false], 'skipSuccessfulRequests');
+  oneOf(skipFailedRequests, [true, false], 'skipFailedRequests');
+  const judge =
+    optionalFunction(options.requestWasSuccessful, 'requestWasSuccessful') ??
+    ((_request: Req, response: Res) => statusOf(response) < FIRST_FAILED_STATUS);
+  if (!skipSuccessfulRequests && !skipFailedRequests) return undefined;
+  return (request, response, finished) => {
+    // A response that never finished (the client went away) counts as failed.
+    if (!finished) return skipFailedRequests;
+    return whenSettled(judge(request, response), (succeeded) => (succeeded ? skipSuccessfulRequests : skipFailedRequests));
+  };
+}

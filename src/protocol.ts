@@ -1,0 +1,239 @@
+/**
+ * The script protocol: the one wire between this package's TypeScript and its Lua scripts.
+ * Whatever writes a script's arguments or reads its reply takes the layout from here, on both
+ * sides: the Lua that decodes the arguments and builds the reply is generated from the same
+ * constants the TypeScript reads.
+ *
+ * - ARGV: the same named slots in every script (check, refund), each with one meaning.
+ * - The reply of a check, and of a refund.
+ * - The batch encoding: many checks in one script call.
+ */
+import type { Tier } from './tiers';
+
+/** The ARGV slots of every script, 1-based as in Lua. Tiers follow, from {@link FIRST_TIER_SLOT}. */
+export const ARGV_SLOT = {
+  /** Epoch ms of an injected clock, or `''` to read Redis `TIME`. */
+  now: 1,
+  /** Units to count (a check) or to give back (a refund). */
+  cost: 2,
+  /** `'1'`: evaluate only, write nothing; `'0'`: write. */
+  dryRun: 3,
+  /** Milliseconds an identifier stays refused once a check denies it; `0` for no block. */
+  blockFor: 4,
+  /** Epoch ms at which the units a refund gives back were counted; `0` in a check. */
+  countedAt: 5,
+} as const;
+
+/** The slot of the first tier's limit; each tier takes two slots, its limit and its window (ms). */
+export const FIRST_TIER_SLOT = 6;
+
+/** What one script call carries, before encoding. */
+export interface ScriptCall {
+  /** Epoch ms from an injected clock; undefined reads the store's own (Redis `TIME`). */
+  readonly now: number | undefined;
+  readonly cost: number;
+  readonly dryRun: boolean;
+  /** Milliseconds of `blockFor`; 0 for none (refunds ignore it). */
+  readonly blockFor: number;
+  /** When the units a refund gives back were counted; 0 for a check. */
+  readonly countedAt: number;
+  readonly tiers: readonly Tier[];
+}
+
+/** A call's ARGV, as {@link LUA_PROTOCOL}'s `readArgs` decodes it. */
+export function scriptArgv(call: ScriptCall): (string | number)[] {
+  const argv: (string | number)[] = new Array(FIRST_TIER_SLOT - 1 + 2 * call.tiers.length);
+  argv[ARGV_SLOT.now - 1] = call.now === undefined ? '' : call.now;
+  argv[ARGV_SLOT.cost - 1] = call.cost;
+  argv[ARGV_SLOT.dryRun - 1] = call.dryRun ? '1' : '0';
+  argv[ARGV_SLOT.blockFor - 1] = call.blockFor;
+  argv[ARGV_SLOT.countedAt - 1] = call.countedAt;
+  for (let i = 0; i < call.tiers.length; i++) {
+    argv[FIRST_TIER_SLOT - 1 + 2 * i] = call.tiers[i].limit;
+    argv[FIRST_TIER_SLOT + 2 * i] = call.tiers[i].window;
+  }
+  return argv;
+}
+
+/**
+ * Offsets (0-based) in the reply of a check script (a `RawReply`), produced identically by the Lua script and its TypeScript twin:
+ * `[allowed (1 | 0), now (epoch ms), blockedMs, ...per tier: numerator, denominator, waitMs, resetMs]`.
+ *
+ * - The estimate is a fraction (numerator / denominator) because Lua numbers reach the
+ *   client truncated to integers. It includes this request's cost when the request was allowed.
+ * - `blockedMs`: how long the identifier stays blocked (`blockFor`); 0 when it is not blocked.
+ * - `waitMs`: how long a request of the same cost has to wait before this tier would allow it,
+ *   assuming nothing else is counted meanwhile: 0 when it fits now.
+ * - `resetMs`: how long until this tier makes more quota available (its remaining units grow by
+ *   at least one), assuming nothing else is counted: 0 when nothing is counted in it.
+ *
+ * A refund script answers `[taken]`: the units taken back (summed over the tiers, or the log
+ * entries removed).
+ */
+export const REPLY = { allowed: 0, now: 1, blockedMs: 2, firstTier: 3 } as const;
+
+/** Offsets of one tier's numbers from its start in a check's reply, and how many it has. */
+export const TIER_REPLY = { numerator: 0, denominator: 1, waitMs: 2, resetMs: 3, size: 4 } as const;
+
+/** Offset of the units taken back in a refund's reply. */
+export const REFUND_REPLY = { taken: 0 } as const;
+
+/** The start of a check's reply, as the TypeScript twins build it; tiers are added with {@link pushTier}. */
+export function checkReply(allowed: 0 | 1, now: number, blockedMs: number): number[] {
+  const reply = new Array<number>(REPLY.firstTier);
+  reply[REPLY.allowed] = allowed;
+  reply[REPLY.now] = now;
+  reply[REPLY.blockedMs] = blockedMs;
+  return reply;
+}
+
+/** Appends one tier's numbers to a check's reply. */
+export function pushTier(reply: number[], numerator: number, denominator: number, waitMs: number, resetMs: number): void {
+  const at = reply.length;
+  reply[at + TIER_REPLY.numerator] = numerator;
+  reply[at + TIER_REPLY.denominator] = denominator;
+  reply[at + TIER_REPLY.waitMs] = waitMs;
+  reply[at + TIER_REPLY.resetMs] = resetMs;
+}
+
+/** A refund's reply. */
+export function refundReply(taken: number): number[] {
+  const reply = new Array<number>(1);
+  reply[REFUND_REPLY.taken] = taken;
+  return reply;
+}
+
+/** The names of `fields` in the order of their offsets, for a Lua table constructor. */
+function inOrder(fields: Readonly<Record<string, number>>, skip: string[] = []): string {
+  return Object.entries(fields)
+    .filter(([name]) => !skip.includes(name))
+    .sort((a, b) => a[1] - b[1])
+    .map(([name]) => name)
+    .join(', ');
+}
+
+/**
+ * The Lua half of the protocol, part of every script: `readArgs(argv)` decodes one call's
+ * arguments into the locals {@link LUA_ARGS} declares, `checkReply` and `pushTier` build a
+ * check's reply, `refundReply` a refund's.
+ *
+ * Without an injected clock the script takes the time from Redis `TIME`, read once per script
+ * run, so the checks of a batch are decided at one instant and app servers with skewed clocks
+ * still agree; Redis 7 replicates a script's effects, not the script, so reading `TIME` before
+ * writing is allowed.
+ */
+export const LUA_PROTOCOL = `
+local timeOfRun
+local function readArgs(argv)
+  local now = tonumber(argv[${ARGV_SLOT.now}]) or timeOfRun
+  if not now then
+    local time = redis.call('TIME')
+    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    timeOfRun = now
+  end
+  local tiers = (#argv - ${FIRST_TIER_SLOT - 1}) / 2
+  local limits, windows, longest = {}, {}, 0
+  for i = 1, tiers do
+    limits[i] = tonumber(argv[${FIRST_TIER_SLOT - 2} + 2 * i])
+    windows[i] = tonumber(argv[${FIRST_TIER_SLOT - 1} + 2 * i])
+    if windows[i] > longest then longest = windows[i] end
+  end
+  return now, tonumber(argv[${ARGV_SLOT.cost}]), argv[${ARGV_SLOT.dryRun}] == '1', tonumber(argv[${ARGV_SLOT.blockFor}]),
+    tonumber(argv[${ARGV_SLOT.countedAt}]), tiers, limits, windows, longest
+end
+local function checkReply(${inOrder(REPLY, ['firstTier'])})
+  return { ${inOrder(REPLY, ['firstTier'])} }
+end
+local function pushTier(reply, ${inOrder(TIER_REPLY, ['size'])})
+  local at = #reply
+${Object.entries(TIER_REPLY)
+  .filter(([name]) => name !== 'size')
+  .map(([name, offset]) => `  reply[at + ${offset + 1}] = ${name}`)
+  .join('\n')}
+end
+local function refundReply(${inOrder(REFUND_REPLY)})
+  return { ${inOrder(REFUND_REPLY)} }
+end
+`;
+
+/** The locals every script body reads, from `readArgs` of {@link LUA_PROTOCOL}. */
+export const LUA_ARGS = 'local now, cost, dryRun, blockFor, countedAt, tiers, limits, windows, longest = readArgs(argv)';
+
+/**
+ * A batch call checks many keys in one script run. Its ARGV is the dry-run override (`'1'` makes
+ * every check a dry run), then per key its arguments joined by commas, or those arguments once when
+ * every key has the same (the usual batch: one cost, the limiter's tiers, Redis's clock). It answers,
+ * per key, the reply's numbers joined by commas: one string each way per check is far cheaper for a
+ * client to encode and decode than a dozen numbers (measured by bench/micro.ts).
+ */
+export const BATCH_SLOT = { dryRunOverride: 1, firstKeyArgs: 2 } as const;
+
+/** The Lua loop of a batch script, over a `check(key, argv)` defined before it. */
+export const LUA_BATCH = `local replies, formats = {}, {}
+local shared = #ARGV == ${BATCH_SLOT.firstKeyArgs}
+local argv
+for k = 1, #KEYS do
+  if k == 1 or not shared then
+    argv = {}
+    for field in string.gmatch(ARGV[${BATCH_SLOT.firstKeyArgs - 1} + k] .. ',', '([^,]*),') do argv[#argv + 1] = field end
+    if ARGV[${BATCH_SLOT.dryRunOverride}] == '1' then argv[${ARGV_SLOT.dryRun}] = '1' end
+  end
+  local reply = check(KEYS[k], argv)
+  -- One string.format per reply ('%d,%d,...,%d', made once per reply length) rather than one per number.
+  local format = formats[#reply]
+  if not format then
+    format = string.rep('%d,', #reply - 1) .. '%d'
+    formats[#reply] = format
+  end
+  replies[k] = string.format(format, unpack(reply))
+end
+return replies
+`;
+
+/**
+ * The ARGV of a batch of checks: `perKey[i]` is key i's arguments; when every key holds the
+ * very same array, it is sent once.
+ */
+export function batchArgv(perKey: readonly (readonly (string | number)[])[]): string[] {
+  const first = perKey[0];
+  let shared = true;
+  for (let i = 1; i < perKey.length && shared; i++) shared = perKey[i] === first;
+  const argv: string[] = new Array(shared ? BATCH_SLOT.firstKeyArgs : BATCH_SLOT.firstKeyArgs - 1 + perKey.length);
+  argv[BATCH_SLOT.dryRunOverride - 1] = '0';
+  if (shared) argv[BATCH_SLOT.firstKeyArgs - 1] = first.join(',');
+  else for (let i = 0; i < perKey.length; i++) argv[BATCH_SLOT.firstKeyArgs - 1 + i] = perKey[i].join(',');
+  return argv;
+}
+
+const COMMA = 44;
+const MINUS = 45;
+const ZERO = 48;
+
+/**
+ * One check's reply as a batch script answers it: integers joined by commas. Read digit by
+ * digit, without the intermediate strings of `split` (this runs for every batched check).
+ */
+export function batchReply(reply: string): number[] {
+  const numbers: number[] = [];
+  let value = 0;
+  let negative = false;
+  for (let i = 0; i < reply.length; i++) {
+    const code = reply.charCodeAt(i);
+    if (code === COMMA) {
+      numbers.push(negative ? -value : value);
+      value = 0;
+      negative = false;
+    } else if (code === MINUS) negative = true;
+    else value = value * 10 + (code - ZERO);
+  }
+  numbers.push(negative ? -value : value);
+  return numbers;
+}
+
+/**
+ * Where the dry-run flag of a script call sits among the arguments of its `EVALSHA`
+ * (`sha, numberOfKeys, ...keys, ...argv`), 0-based: the single-call flag, or a batch's override.
+ */
+export function dryRunArgIndex(numberOfKeys: number, batch: boolean): number {
+  return 1 + numberOfKeys + (batch ? BATCH_SLOT.dryRunOverride : ARGV_SLOT.dryRun);
+}

@@ -1,0 +1,152 @@
+/**
+ * The ioredis client behind a {@link RedisStore}: `Redis`, `Cluster`, and API-compatible forks
+ * such as iovalkey. Everything ioredis-specific stays in this file, including the one place this
+ * package reaches into ioredis internals (its command queue, below). The types here are
+ * structural, so the package's declarations do not need ioredis installed.
+ */
+import type { CheckScript } from '../../algorithms/types';
+import { StoreUnavailableError, warn } from '../../errors';
+import { dryRunArgIndex } from '../../protocol';
+import { isNoScript, type RedisClientAdapter, type ScriptKind, scriptKindOf, shaOf } from './redis-client';
+
+/** The parts of an ioredis `Redis` or `Cluster` this package uses. */
+export interface IoredisClient {
+  readonly status: string;
+  /** `true` on a `Cluster`, whose keys live on several nodes. */
+  readonly isCluster?: boolean;
+  evalsha(sha: string, numberOfKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  eval(lua: string, numberOfKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  del(...keys: string[]): Promise<number>;
+  on(event: 'ready' | 'close', listener: () => void): unknown;
+}
+
+/** Per client, shared by every store on it: whether it was ever ready. */
+interface ClientState {
+  everReady: boolean;
+}
+
+const states = new WeakMap<IoredisClient, ClientState>();
+
+export function isIoredisClient(client: unknown): client is IoredisClient {
+  const candidate = client as Partial<IoredisClient> | null;
+  return (
+    typeof candidate === 'object' &&
+    candidate !== null &&
+    typeof candidate.evalsha === 'function' &&
+    typeof candidate.status === 'string' &&
+    typeof candidate.del === 'function' &&
+    typeof candidate.on === 'function'
+  );
+}
+
+function stateOf(client: IoredisClient): ClientState {
+  let state = states.get(client);
+  if (state === undefined) {
+    const created: ClientState = { everReady: client.status === 'ready' };
+    client.on('ready', () => {
+      created.everReady = true;
+    });
+    client.on('close', () => abandonUnansweredChecks(client));
+    states.set(client, created);
+    state = created;
+  }
+  return state;
+}
+
+/**
+ * Runs scripts with the client's own `evalsha`, and `eval` when Redis answers `NOSCRIPT`
+ * (after a restart or `SCRIPT FLUSH`); defines nothing on the client. Batches of checks run on
+ * standalone clients only: a Cluster's keys live on several nodes.
+ */
+export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
+  const state = stateOf(client);
+  return {
+    // ioredis queues commands while disconnected and replays them on reconnect, so a check
+    // already failed open could still be counted minutes later. Once the connection has been
+    // up, refuse to queue: fail now, count nothing.
+    unavailable: () => (client.status !== 'ready' && state.everReady ? `Redis connection is ${client.status}` : undefined),
+    run: (script, key, argv) => evaluate(client, script.lua, 'single', [key], argv),
+    runBatch:
+      client.isCluster === true ? undefined : (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, 'batch', keys, argv),
+    del: (key) => client.del(key),
+  };
+}
+
+function evaluate(
+  client: IoredisClient,
+  lua: string,
+  kind: ScriptKind,
+  keys: readonly string[],
+  argv: readonly (string | number)[],
+): Promise<unknown> {
+  return client.evalsha(shaOf(lua, kind), keys.length, ...keys, ...argv).then(undefined, (error: unknown) => {
+    if (isNoScript(error)) return client.eval(lua, keys.length, ...keys, ...argv);
+    throw error;
+  });
+}
+
+/*
+ * The command queue. When a connection drops, ioredis keeps the commands that were sent but not
+ * answered and, with `autoResendUnfulfilledCommands` (on by default), sends them again once it
+ * has reconnected, however long that took: a check the limiter has already reported failed
+ * (timed out, failed open) would be counted when Redis comes back. On `close`, while those
+ * commands are still in the client's `commandQueue` (ioredis replaces the queue only when it
+ * connects again), ours are failed now and turned into dry runs, so that a resent one counts
+ * nothing.
+ *
+ * `commandQueue` is public in ioredis's typings but not documented. Verified on ioredis 6 (a
+ * test pins the installed major version and this shape, and fails on an upgrade). Where the
+ * shape differs, nothing is touched, one `SWL_IOREDIS_QUEUE_UNSUPPORTED` warning is emitted, and
+ * the store keeps its documented behaviour: checks are never queued while the connection is
+ * down, but a check in flight when it drops may be counted after a reconnect.
+ */
+
+/** The parts of an ioredis command this module reads and writes. */
+interface QueuedCommand {
+  name: string;
+  args: unknown[];
+  reject(error: Error): void;
+}
+
+/** ioredis's `Deque<{ command }>`, as far as this module uses it. */
+interface CommandQueue {
+  readonly length: number;
+  peekAt(index: number): { command?: QueuedCommand } | undefined;
+}
+
+let warnedQueueShape = false;
+
+/** The client's command queue when it has the shape this module knows; `undefined` for a Cluster (no queue) or another shape. */
+export function commandQueueOf(client: object): CommandQueue | undefined {
+  const queue = (client as { commandQueue?: unknown }).commandQueue;
+  if (queue === undefined) return undefined;
+  const candidate = queue as Partial<CommandQueue>;
+  if (typeof candidate.length === 'number' && typeof candidate.peekAt === 'function') return queue as CommandQueue;
+  if (!warnedQueueShape) {
+    warnedQueueShape = true;
+    warn(
+      'SWL_IOREDIS_QUEUE_UNSUPPORTED',
+      "This ioredis version's commandQueue has an unknown shape: checks unanswered when a Redis connection drops may be counted after it reconnects.",
+    );
+  }
+  return undefined;
+}
+
+/**
+ * Fails every unanswered `EVAL`/`EVALSHA` of one of this package's scripts in the client's
+ * queue, and turns it into a dry run in case ioredis resends it: the dry-run flag of a
+ * single-key call, or a batch's dry-run override.
+ */
+export function abandonUnansweredChecks(client: object): void {
+  const queue = commandQueueOf(client);
+  if (queue === undefined) return;
+  for (let i = 0; i < queue.length; i++) {
+    const command = queue.peekAt(i)?.command;
+    if (command === undefined || (command.name !== 'evalsha' && command.name !== 'eval')) continue;
+    if (!Array.isArray(command.args)) continue;
+    const kind = scriptKindOf(String(command.args[0]));
+    if (kind === undefined) continue;
+    command.args[dryRunArgIndex(Number(command.args[1]), kind === 'batch')] = '1';
+    command.reject(new StoreUnavailableError('Redis connection lost before the check was answered'));
+  }
+}

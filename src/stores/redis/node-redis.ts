@@ -1,0 +1,229 @@
+/**
+ * The node-redis client behind a {@link RedisStore} (the `redis` package, versions 5 and 6):
+ * a client from `createClient()` or a cluster from `createCluster()`. Everything
+ * node-redis-specific stays in this file, including what it relies on across a reconnection
+ * (the connection epochs, below); the types here are structural, so the package's declarations
+ * do not need `redis` installed.
+ */
+import { setMaxListeners } from 'node:events';
+import type { CheckScript } from '../../algorithms/types';
+import { StoreUnavailableError } from '../../errors';
+import { isNoScript, type RedisClientAdapter, type ScriptKind, shaOf } from './redis-client';
+
+/**
+ * The command options this package passes to node-redis: an `AbortSignal`, an empty type
+ * mapping (replies as node-redis decodes them by default) and, to a standalone client, a
+ * `timeout` of 0. Typed loosely, so the declarations need neither node-redis nor a DOM or
+ * Node.js `AbortSignal` type.
+ */
+export interface NodeRedisCommandOptions {
+  abortSignal?: { readonly aborted: boolean };
+  typeMapping?: object;
+  timeout?: number;
+}
+
+/** The parts of a node-redis client (`createClient()`, node-redis 5 or 6) this package uses. */
+export interface NodeRedisClient {
+  readonly isOpen: boolean;
+  readonly isReady: boolean;
+  sendCommand(args: string[], options?: NodeRedisCommandOptions): Promise<unknown>;
+  /** Not called: its presence tells node-redis 5 and 6 from older versions. */
+  withAbortSignal(signal: never): unknown;
+  on(event: 'connect', listener: () => void): unknown;
+}
+
+/** The parts of a node-redis cluster (`createCluster()`, node-redis 5 or 6) this package uses. */
+export interface NodeRedisCluster {
+  readonly isOpen: boolean;
+  /** Absent before node-redis 5.1 or so: `isOpen` stands in for it. */
+  readonly isReady?: boolean;
+  readonly masters: readonly unknown[];
+  sendCommand(firstKey: string, isReadonly: boolean | undefined, args: string[], options?: NodeRedisCommandOptions): Promise<unknown>;
+  on(event: 'node-connect', listener: () => void): unknown;
+}
+
+type Send = (key: string, args: string[], options: NodeRedisCommandOptions) => Promise<unknown>;
+
+/** Per client, shared by every store on it. */
+interface ClientState {
+  /** The options of every command: {@link STANDALONE} or {@link CLUSTER}. */
+  readonly plain: NodeRedisCommandOptions;
+  /** Undefined for a standalone client with `disableOfflineQueue: true`: node-redis queues nothing there. */
+  readonly epoch: ConnectionEpoch<NodeRedisCommandOptions> | undefined;
+}
+
+const states = new WeakMap<object, ClientState>();
+/**
+ * Replies as node-redis decodes them by default (integers as numbers), whatever type mapping
+ * the client has. And, on a standalone client, no per-command timer: node-redis 6 arms one
+ * (5 s by default) for every command, to drop a command still unwritten by then. It costs more
+ * CPU than everything else node-redis does for a command (bench/micro.ts measures it), while the
+ * limiter's `timeoutMs` already bounds every check and the store never leaves a check queued
+ * across a reconnection. A cluster keeps its timer: a check routed to a node that is down waits
+ * in that node's queue (offline queue on), and the timer is what bounds that queue.
+ */
+const STANDALONE: NodeRedisCommandOptions = Object.freeze({ typeMapping: Object.freeze({}), timeout: 0 });
+const CLUSTER: NodeRedisCommandOptions = Object.freeze({ typeMapping: Object.freeze({}) });
+
+function candidate(client: unknown): Record<string, unknown> | undefined {
+  return typeof client === 'object' && client !== null ? (client as Record<string, unknown>) : undefined;
+}
+
+/** A node-redis cluster: `sendCommand(firstKey, isReadonly, args)` and a `masters` list. */
+export function isNodeRedisCluster(client: unknown): client is NodeRedisCluster {
+  const c = candidate(client);
+  return c !== undefined && typeof c.sendCommand === 'function' && typeof c.on === 'function' && Array.isArray(c.masters);
+}
+
+/** A node-redis client: `sendCommand(args)` and a boolean `isReady`. */
+export function isNodeRedisClient(client: unknown): client is NodeRedisClient {
+  const c = candidate(client);
+  return c !== undefined && typeof c.sendCommand === 'function' && typeof c.on === 'function' && typeof c.isReady === 'boolean';
+}
+
+/**
+ * Why `client` cannot back a store, or `undefined`. node-redis 4 and older (and their legacy
+ * mode) lack the `abortSignal` command option (`withAbortSignal` came with node-redis 5) that
+ * keeps a failed check from being counted after a reconnection. A Sentinel client's
+ * `sendCommand` takes other arguments, and its reconnections were not studied.
+ */
+export function unsupportedNodeRedis(client: NodeRedisClient | NodeRedisCluster): string | undefined {
+  if (isNodeRedisCluster(client)) return undefined;
+  if (typeof (client as { getMasterNode?: unknown }).getMasterNode === 'function') {
+    return 'a node-redis Sentinel client (createSentinel) is not supported: use createClient() or createCluster()';
+  }
+  return typeof client.withAbortSignal === 'function'
+    ? undefined
+    : 'a node-redis client older than version 5 (no withAbortSignal): use node-redis 5 or 6';
+}
+
+function stateOf(client: NodeRedisClient | NodeRedisCluster, cluster: boolean): ClientState {
+  let state = states.get(client);
+  if (state === undefined) {
+    const options = cluster ? undefined : (client as { options?: { disableOfflineQueue?: boolean } }).options;
+    const plain = cluster ? CLUSTER : STANDALONE;
+    const epoch = options?.disableOfflineQueue === true ? undefined : new ConnectionEpoch(plain);
+    if (epoch !== undefined) watchConnections(client as { on(event: string, listener: () => void): unknown }, cluster, epoch);
+    state = { plain, epoch };
+    states.set(client, state);
+  }
+  return state;
+}
+
+/**
+ * Runs scripts with `EVALSHA`, and `EVAL` when Redis answers `NOSCRIPT` (after a restart or
+ * `SCRIPT FLUSH`), through node-redis's `sendCommand`: one command per check.
+ */
+export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): RedisClientAdapter {
+  const cluster = isNodeRedisCluster(client);
+  const { plain, epoch } = stateOf(client, cluster);
+  const send: Send = cluster
+    ? (key, args, options) => (client as NodeRedisCluster).sendCommand(key, false, args, options)
+    : (_key, args, options) => (client as NodeRedisClient).sendCommand(args, options);
+  const optionsNow = (): NodeRedisCommandOptions => (epoch === undefined ? plain : epoch.options);
+  const evaluate = (lua: string, kind: ScriptKind, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> => {
+    const args = ['EVALSHA', shaOf(lua, kind), String(keys.length), ...keys];
+    for (const arg of argv) args.push(String(arg));
+    const options = optionsNow();
+    return send(keys[0], args, options).then(undefined, (error: unknown) => {
+      if (isNoScript(error)) {
+        const again = optionsNow();
+        return send(keys[0], ['EVAL', lua, ...args.slice(2)], again).then(undefined, (retryError: unknown) => {
+          throw failure(retryError, again);
+        });
+      }
+      throw failure(error, options);
+    });
+  };
+  return {
+    // Never hand node-redis a check while it is not connected (before its first connection
+    // too): it would queue it, to be counted when Redis comes back.
+    unavailable: () => {
+      if (client.isReady ?? client.isOpen) return undefined;
+      return client.isOpen ? 'Redis connection is not ready' : 'Redis client is closed';
+    },
+    run: (script, key, argv) => evaluate(script.lua, 'single', [key], argv),
+    runBatch: cluster ? undefined : (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
+    del: (key) => send(key, ['DEL', key], plain),
+  };
+}
+
+/** A check whose epoch ended was failed by `renew()` (or lost with its connection): say so with our error. */
+function failure(error: unknown, options: NodeRedisCommandOptions): unknown {
+  if (options.abortSignal?.aborted) {
+    return new StoreUnavailableError('Redis connection lost before the check was answered', { cause: error });
+  }
+  return error;
+}
+
+/*
+ * Connection epochs: the one place this package relies on how node-redis behaves across a
+ * reconnection, beyond what its documentation promises.
+ *
+ * node-redis never sends a command twice: when a connection drops, the commands written to it
+ * and still awaiting their reply are rejected. But with its offline queue on (the default,
+ * `disableOfflineQueue: false`), the commands it has not written yet stay queued and are written
+ * to the next connection, however long that takes to come: a check made in the instant the
+ * connection dropped (queued, not yet flushed to the socket), or routed to a cluster node whose
+ * client is still connecting. The limiter may have reported such a check failed long before
+ * (at `timeoutMs`), and it would still be counted. So every check carries the abort signal of
+ * the current connection epoch, and the epoch ends when a connection is made: node-redis emits
+ * `connect` (a cluster, `node-connect`) as soon as the new socket is connected, before its
+ * handshake and its queue are written to it, and aborting a queued command removes it from the
+ * queue and rejects it. A check is thus only ever written to a connection that was up when it
+ * was made. A written command's abort listener is removed by node-redis, so an abort never
+ * touches a check Redis is already running.
+ *
+ * With `disableOfflineQueue: true` node-redis itself rejects every queued command when a
+ * connection drops and refuses commands while it is down, so a standalone client created that
+ * way needs no signal, and gets none. A cluster's node clients are not visible from here, and a
+ * check can wait for a node's first connection even then, so cluster checks always carry it.
+ *
+ * Verified on node-redis 6.3 and 5.12 (a test pins the installed major version and this
+ * behaviour, and fails on an upgrade that changes it). node-redis 5 emits `node-connect` at
+ * most for a node client's first connection (5.12 does, 5.0 does not): there, a cluster's
+ * reconnections are protected by `defaults: { disableOfflineQueue: true }` alone (see the
+ * README).
+ */
+
+/** The command options of a check: the adapter's own, and the epoch's abort signal. */
+export type EpochOptions<Base extends object> = Base & { readonly abortSignal: AbortSignal };
+
+/** The abort signal of the current connection epoch, renewed (and the old one aborted) on each new connection. */
+export class ConnectionEpoch<Base extends object> {
+  private controller = new AbortController();
+  /** One options object per epoch, so a check allocates none. */
+  private current: EpochOptions<Base>;
+
+  /** `base`: the other command options every check carries. */
+  constructor(private readonly base: Base) {
+    this.current = this.optionsOf(this.controller);
+  }
+
+  get options(): EpochOptions<Base> {
+    return this.current;
+  }
+
+  /** Ends the epoch: every check of it still queued (unwritten) is removed from the queue and rejected. */
+  renew(): void {
+    const ended = this.controller;
+    this.controller = new AbortController();
+    this.current = this.optionsOf(this.controller);
+    ended.abort();
+  }
+
+  private optionsOf(controller: AbortController): EpochOptions<Base> {
+    // Every check in flight listens to this one signal: no listener-count warning.
+    setMaxListeners(0, controller.signal);
+    return { ...this.base, abortSignal: controller.signal };
+  }
+}
+
+/** The events that mark a new connection: `connect` on a client, `node-connect` on a cluster. */
+export function watchConnections(
+  client: { on(event: string, listener: () => void): unknown },
+  cluster: boolean,
+  epoch: ConnectionEpoch<object>,
+): void {
+  client.on(cluster ? 'node-connect' : 'connect', () => epoch.renew());
+}

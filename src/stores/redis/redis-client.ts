@@ -1,0 +1,50 @@
+/**
+ * What a {@link RedisStore} needs of a Redis client, and what both client adapters share: the
+ * scripts' SHA-1s (one cache per process: a SHA-1 is a function of the script's body alone) and
+ * the `EVALSHA`-then-`EVAL` fallback. One small adapter per client kind (ioredis.ts,
+ * node-redis.ts) implements the rest, so the store logic is written once.
+ */
+import { createHash } from 'node:crypto';
+import type { CheckScript, Script } from '../../algorithms/types';
+
+export interface RedisClientAdapter {
+  /** Why a command sent now would not go to Redis at once (to fail instead of queueing it), or `undefined`. */
+  unavailable(): string | undefined;
+  /** Runs `script` on one key: `EVALSHA`, falling back to `EVAL` when Redis answers `NOSCRIPT`. */
+  run(script: Script, key: string, argv: readonly (string | number)[]): Promise<unknown>;
+  del(key: string): Promise<unknown>;
+  /**
+   * Runs a check script's batch form on several keys in one call (see `batch.ts`); absent
+   * where keys may live on different nodes (a Cluster), so checks go one by one there.
+   */
+  runBatch?(script: CheckScript, keys: readonly string[], argv: readonly string[]): Promise<unknown>;
+}
+
+/** A script of this package is called on one key (a check or a refund), or on many (a batch of checks). */
+export type ScriptKind = 'single' | 'batch';
+
+/** The SHA-1 of each script body sent, and the kind of each script by its body and by its SHA-1. */
+const shas = new Map<string, string>();
+const kinds = new Map<string, ScriptKind>();
+
+/** The SHA-1 of `lua`, computed once per process. */
+export function shaOf(lua: string, kind: ScriptKind): string {
+  let sha = shas.get(lua);
+  if (sha === undefined) {
+    sha = createHash('sha1').update(lua).digest('hex');
+    shas.set(lua, sha);
+    kinds.set(lua, kind);
+    kinds.set(sha, kind);
+  }
+  return sha;
+}
+
+/** Whether `bodyOrSha` (the first argument of an `EVAL` or `EVALSHA`) is one of this package's scripts, and of which kind. */
+export function scriptKindOf(bodyOrSha: string): ScriptKind | undefined {
+  return kinds.get(bodyOrSha);
+}
+
+/** Redis answered that it does not hold the script (after a restart or `SCRIPT FLUSH`). */
+export function isNoScript(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('NOSCRIPT');
+}

@@ -1,0 +1,111 @@
+import type { AlgorithmScripts, RawReply, Script } from '../../algorithms/types';
+import { type Done, settling } from '../../async';
+import { OptionError, StoreUnavailableError } from '../../errors';
+import { type ScriptCall, scriptArgv } from '../../protocol';
+import { checkOptions, keysOf } from '../../validate';
+import type { CallbackStore } from '../types';
+import { CheckBatcher, RepeatedCheckArgv } from './batch';
+import { type IoredisClient, ioredisAdapter, isIoredisClient } from './ioredis';
+import {
+  isNodeRedisClient,
+  isNodeRedisCluster,
+  type NodeRedisClient,
+  type NodeRedisCluster,
+  nodeRedisAdapter,
+  unsupportedNodeRedis,
+} from './node-redis';
+import type { RedisClientAdapter } from './redis-client';
+
+/** A Redis client a {@link RedisStore} runs on: ioredis (or an API-compatible fork) or node-redis. */
+export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster;
+
+/** Options of {@link RedisStore}. */
+export interface RedisStoreOptions {
+  /**
+   * A connected Redis client, dedicated or shared:
+   *
+   * - an ioredis `Redis` or `Cluster` (or an API-compatible fork such as iovalkey); for a
+   *   limiter that stays fast while Redis is down, create it with `enableOfflineQueue: false`
+   *   and `maxRetriesPerRequest: 1`;
+   * - a node-redis (`redis` 5 or 6) client from `createClient()` or cluster from
+   *   `createCluster()`, connected (`await client.connect()`); create it with
+   *   `disableOfflineQueue: true` (a cluster: `defaults: { disableOfflineQueue: true }`).
+   *
+   * See the README, "Redis outages".
+   */
+  client: RedisStoreClient;
+}
+
+const OPTIONS = keysOf<RedisStoreOptions>({ client: true });
+
+/**
+ * Keeps rate-limit state in Redis (standalone or Cluster), through ioredis or node-redis. Each
+ * check is one `EVALSHA` of the algorithm's script, falling back to `EVAL` when Redis answers
+ * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`); on a standalone server, the checks started in
+ * one event-loop turn share one `EVALSHA` of the batch script. Each identifier is one key, so
+ * every check touches a single Cluster slot.
+ */
+export class RedisStore implements CallbackStore {
+  readonly client: RedisStoreClient;
+  readonly needsTimeout = true;
+  private readonly redis: RedisClientAdapter;
+  /** Gathers the checks of one event-loop turn into one call, where the client allows it (not a Cluster). */
+  private readonly batcher: CheckBatcher | undefined;
+  private readonly checkArgv = new RepeatedCheckArgv();
+
+  constructor(options: RedisStoreOptions) {
+    checkOptions(options, OPTIONS, 'RedisStore');
+    const { client } = options;
+    this.client = client;
+    const redis = adapterFor(client);
+    this.redis = redis;
+    const { runBatch } = redis;
+    this.batcher =
+      runBatch === undefined
+        ? undefined
+        : new CheckBatcher({
+            one: (script, key, argv) => redis.run(script, key, argv),
+            many: (script, keys, argv) => runBatch(script, keys, argv),
+          });
+  }
+
+  check(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
+    return new Promise((resolve, reject) => this.checkThen(scripts, key, call, settling(resolve, reject)));
+  }
+
+  /** {@link check} with a callback: the limiter's hot path, which builds no promise per check. */
+  checkThen(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): void {
+    const argv = this.checkArgv.argv(call);
+    const unavailable = this.redis.unavailable();
+    if (unavailable !== undefined) done(new StoreUnavailableError(unavailable));
+    else if (this.batcher !== undefined) this.batcher.check(scripts.check, key, argv, done);
+    else this.redis.run(scripts.check, key, argv).then((reply) => done(undefined, reply as RawReply), done);
+  }
+
+  refund(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
+    return this.run(scripts.refund, key, scriptArgv(call));
+  }
+
+  private run(script: Script, key: string, argv: (string | number)[]): Promise<RawReply> {
+    const unavailable = this.redis.unavailable();
+    if (unavailable !== undefined) return Promise.reject(new StoreUnavailableError(unavailable));
+    return this.redis.run(script, key, argv) as Promise<RawReply>;
+  }
+
+  reset(key: string): Promise<void> {
+    return this.redis.del(key).then(() => undefined);
+  }
+}
+
+function adapterFor(client: unknown): RedisClientAdapter {
+  if (isIoredisClient(client)) return ioredisAdapter(client);
+  if (isNodeRedisCluster(client) || isNodeRedisClient(client)) {
+    const unsupported = unsupportedNodeRedis(client);
+    if (unsupported !== undefined) throw new OptionError('SWL_INVALID_STORE', `client: ${unsupported}`);
+    return nodeRedisAdapter(client);
+  }
+  throw new OptionError(
+    'SWL_INVALID_STORE',
+    'client: must be an ioredis Redis or Cluster, or a node-redis client (createClient) or cluster (createCluster)',
+  );
+}

@@ -1,0 +1,60 @@
+/** The callback helpers of the hot path (src/callback.ts) and the callback form of Deadlines. */
+import { callEach } from '../src/async';
+import { Deadlines } from '../src/core/deadlines';
+import { RateLimitTimeoutError } from '../src/errors';
+
+test('callEach calls every item even when some throw, then throws the first error', () => {
+  const called: number[] = [];
+  const first = new Error('first');
+  expect(() =>
+    callEach([1, 2, 3, 4], (item, index) => {
+      called.push(item);
+      expect(index).toBe(item - 1);
+      if (item === 2) throw first;
+      if (item === 3) throw new Error('second');
+    }),
+  ).toThrow(first);
+  expect(called).toEqual([1, 2, 3, 4]);
+  expect(() => callEach([], () => undefined)).not.toThrow();
+});
+
+test('Deadlines.start/finish: a call finished in time is never expired; a late answer is refused', () => {
+  jest.useFakeTimers();
+  const deadlines = new Deadlines(30);
+  const expired: string[] = [];
+  const onTime = deadlines.start(() => expired.push('onTime'));
+  const late = deadlines.start((error) => {
+    expect(error).toBeInstanceOf(RateLimitTimeoutError);
+    expired.push('late');
+  });
+  expect(deadlines.finish(onTime)).toBe(true);
+  jest.advanceTimersByTime(29);
+  expect(expired).toEqual([]);
+  jest.advanceTimersByTime(1);
+  jest.useRealTimers();
+  expect(expired).toEqual(['late']);
+  expect(deadlines.finish(late)).toBe(false);
+  expect(deadlines.finish(onTime)).toBe(false);
+});
+
+test('an expire callback that throws does not keep the other expired calls, or later ones, from failing', () => {
+  jest.useFakeTimers();
+  try {
+    const deadlines = new Deadlines(20);
+    const expired: string[] = [];
+    deadlines.start(() => {
+      expired.push('a');
+      throw new Error('app code threw');
+    });
+    deadlines.start(() => expired.push('b'));
+    jest.advanceTimersByTime(10);
+    deadlines.start(() => expired.push('c'));
+    // The error still surfaces (as an uncaught exception from the timer), after b has expired too.
+    expect(() => jest.advanceTimersByTime(10)).toThrow('app code threw');
+    expect(expired).toEqual(['a', 'b']);
+    jest.advanceTimersByTime(10);
+    expect(expired).toEqual(['a', 'b', 'c']);
+  } finally {
+    jest.useRealTimers();
+  }
+});

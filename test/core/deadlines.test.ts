@@ -1,0 +1,73 @@
+/** The single-timer bound of store calls (src/timeout.ts), on real timers. */
+
+import { Deadlines } from '../../src/core/deadlines';
+import { RateLimitTimeoutError } from '../../src/errors';
+
+const never = <T>() => new Promise<T>(() => undefined);
+
+test('a call answered in time settles with its answer; one that is not rejects after timeoutMs', async () => {
+  const deadlines = new Deadlines(50);
+  const started = Date.now();
+  const answered = deadlines.bound(Promise.resolve('ok'));
+  const failed = deadlines.bound(Promise.reject(new Error('store down')));
+  const stuck = deadlines.bound(never<string>());
+  await expect(answered).resolves.toBe('ok');
+  await expect(failed).rejects.toThrow('store down');
+  await expect(stuck).rejects.toBeInstanceOf(RateLimitTimeoutError);
+  const elapsed = Date.now() - started;
+  expect(elapsed).toBeGreaterThanOrEqual(49);
+  expect(elapsed).toBeLessThan(50 + 40);
+});
+
+test('calls started later get their own full timeout, behind answered ones (one timer re-armed)', async () => {
+  const deadlines = new Deadlines(60);
+  const first = deadlines.bound(never<number>());
+  const firstStarted = Date.now();
+  await new Promise((resolve) => setTimeout(resolve, 30));
+  let resolveMiddle: (value: number) => void = () => undefined;
+  const middle = deadlines.bound(new Promise<number>((resolve) => (resolveMiddle = resolve)));
+  const last = deadlines.bound(never<number>());
+  const lastStarted = Date.now();
+  await expect(first).rejects.toBeInstanceOf(RateLimitTimeoutError);
+  expect(Date.now() - firstStarted).toBeGreaterThanOrEqual(59);
+  resolveMiddle(7);
+  await expect(middle).resolves.toBe(7);
+  await expect(last).rejects.toBeInstanceOf(RateLimitTimeoutError);
+  const lastElapsed = Date.now() - lastStarted;
+  expect(lastElapsed).toBeGreaterThanOrEqual(59);
+  expect(lastElapsed).toBeLessThan(60 + 40);
+});
+
+test('an answer after the timeout changes nothing; many answered calls leave nothing behind', async () => {
+  const deadlines = new Deadlines(20);
+  let late: (value: string) => void = () => undefined;
+  const bounded = deadlines.bound(new Promise<string>((resolve) => (late = resolve)));
+  await expect(bounded).rejects.toBeInstanceOf(RateLimitTimeoutError);
+  late('too late');
+  const answers = await Promise.all(Array.from({ length: 10_000 }, (_, i) => deadlines.bound(Promise.resolve(i))));
+  expect(answers[9_999]).toBe(9_999);
+  const internals = deadlines as unknown as { queue: unknown[]; head: number };
+  expect(internals.queue.length - internals.head).toBe(0);
+});
+
+test('the one timer keeps the process alive only while a call is pending', async () => {
+  const deadlines = new Deadlines(10_000);
+  const timers = (): number => process.getActiveResourcesInfo().filter((resource) => resource === 'Timeout').length;
+  const before = timers();
+  const pending = (): { promise: Promise<string>; answer: (value: string) => void } => {
+    let answer: (value: string) => void = () => undefined;
+    const promise = deadlines.bound(new Promise<string>((resolve) => (answer = resolve)));
+    return { promise, answer };
+  };
+  const first = pending();
+  expect(timers()).toBe(before + 1);
+  first.answer('one');
+  await first.promise;
+  // Settled, nothing left to bound: a script that is done can exit without waiting 10 s.
+  expect(timers()).toBe(before);
+  const second = pending();
+  expect(timers()).toBe(before + 1);
+  second.answer('two');
+  await expect(second.promise).resolves.toBe('two');
+  expect(timers()).toBe(before);
+});

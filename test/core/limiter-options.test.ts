@@ -1,0 +1,184 @@
+/**
+ * Option validation: every mistake throws a TypeError whose message starts with the
+ * option's name, when the limiter (or store) is constructed, or when check() is called
+ * for a bad cost.
+ */
+import type { Redis } from 'ioredis';
+import { CODES, createLimiter, type LimiterOptions, MemoryStore, OptionError, RedisStore } from '../../src';
+import { parseDuration } from '../../src/validate';
+import { redisClient } from '../helpers/redis';
+
+let client: Redis;
+beforeAll(() => {
+  client = redisClient();
+});
+afterAll(() => client.quit());
+
+/** Asserts `fn` throws a TypeError whose message starts with `option` followed by a colon. */
+function expectOptionError(fn: () => unknown, option: string): void {
+  let thrown: unknown;
+  try {
+    fn();
+  } catch (error) {
+    thrown = error;
+  }
+  expect(thrown).toBeInstanceOf(OptionError);
+  expect(thrown).toBeInstanceOf(TypeError);
+  expect((thrown as TypeError).message.startsWith(`${option}:`)).toBe(true);
+  expect(Object.keys(CODES)).toContain((thrown as OptionError).code);
+}
+
+describe('createLimiter options', () => {
+  test.each([0, -1, 1.5, NaN, Infinity, '10', 2 ** 60, true])('limit %p is rejected, naming limit', (limit) => {
+    expectOptionError(() => createLimiter({ limit: limit as number }), 'limit');
+  });
+
+  test.each(['1x', -5, 0, '1.5ms', '', 'ms', '1', '-1s', '1 fortnight', 0.5, NaN, Infinity, {}, '0s', '0.0001s'])(
+    'window %p is rejected, naming window',
+    (window) => {
+      expectOptionError(() => createLimiter({ limit: 10, window: window as string }), 'window');
+    },
+  );
+
+  test.each([
+    ['500ms', 500],
+    ['1s', 1_000],
+    ['1m', 60_000],
+    ['1h', 3_600_000],
+    ['1d', 86_400_000],
+    ['1.5h', 5_400_000],
+    ['0.5s', 500],
+    ['2.01s', 2_010],
+    ['4.03s', 4_030],
+    ['1.001s', 1_001],
+    ['16.01s', 16_010],
+    ['8.05m', 483_000],
+    [' 10 s ', 10_000],
+    [250, 250],
+  ] as const)('window %p parses to %d ms', (window, ms) => {
+    expect(parseDuration(window, 'window')).toBe(ms);
+    expect(createLimiter({ limit: 10, window }).tiers).toEqual([{ limit: 10, window: ms }]);
+  });
+
+  test('durations with more precision than a millisecond are rejected, however they are written', () => {
+    for (const text of ['1.0005s', '0.0000001h', '1.5ms', '2.0001s']) expectOptionError(() => parseDuration(text, 'window'), 'window');
+  });
+
+  test('defaults: 100 per minute, sliding window, prefix rl', () => {
+    const limiter = createLimiter();
+    expect(limiter.tiers).toEqual([{ limit: 100, window: 60_000 }]);
+    expect(limiter.algorithm).toBe('sliding-window');
+    expect(limiter.prefix).toBe('rl');
+    expect(limiter.timeoutMs).toBe(500);
+  });
+
+  test('unknown keys are rejected, naming the key', () => {
+    expectOptionError(() => createLimiter({ limit: 10, windowMs: 1000 } as LimiterOptions), 'windowMs');
+    expectOptionError(() => createLimiter({ limit: 10, max: 5 } as LimiterOptions), 'max');
+    expectOptionError(() => createLimiter({ limits: [{ limit: 1, window: '1s', burst: 2 }] } as unknown as LimiterOptions), 'burst');
+  });
+
+  test('limits together with limit or window is rejected, naming limits', () => {
+    expectOptionError(() => createLimiter({ limit: 10, limits: [{ limit: 5, window: '1s' }] }), 'limits');
+    expectOptionError(() => createLimiter({ window: '1s', limits: [{ limit: 5, window: '1s' }] }), 'limits');
+  });
+
+  test('bad limits are rejected, naming the tier', () => {
+    expectOptionError(() => createLimiter({ limits: [] }), 'limits');
+    expectOptionError(() => createLimiter({ limits: 'x' as unknown as [] }), 'limits');
+    expectOptionError(() => createLimiter({ limits: [null as unknown as { limit: number; window: string }] }), 'limits[0]');
+    expectOptionError(
+      () =>
+        createLimiter({
+          limits: [
+            { limit: 5, window: '1s' },
+            { limit: 0, window: '1h' },
+          ],
+        }),
+      'limits[1].limit',
+    );
+    expectOptionError(() => createLimiter({ limits: [{ limit: 5, window: '1x' }] }), 'limits[0].window');
+  });
+
+  test('limit x window beyond exact double arithmetic is rejected', () => {
+    expectOptionError(() => createLimiter({ limit: 2 ** 40, window: '1d' }), 'limit');
+  });
+
+  test.each(['leaky-bucket', 'slidingWindow', '', 42])('algorithm %p is rejected, naming algorithm', (algorithm) => {
+    expectOptionError(() => createLimiter({ algorithm: algorithm as 'fixed-window' }), 'algorithm');
+  });
+
+  test.each(['', 'a b', 'x{y}', '{', 'tab\there', 'new\nline', 42])('prefix %p is rejected, naming prefix', (prefix) => {
+    expectOptionError(() => createLimiter({ prefix: prefix as string }), 'prefix');
+  });
+
+  test('other options are validated, naming themselves', () => {
+    expectOptionError(() => createLimiter({ clock: 5 as unknown as () => number }), 'clock');
+    expectOptionError(() => createLimiter({ timeoutMs: 0 }), 'timeoutMs');
+    expectOptionError(() => createLimiter({ timeoutMs: 1.5 }), 'timeoutMs');
+    expectOptionError(() => createLimiter({ denyCacheSize: -1 }), 'denyCacheSize');
+    expectOptionError(() => createLimiter({ store: {} as MemoryStore }), 'store');
+    expectOptionError(() => createLimiter('fast' as unknown as LimiterOptions), 'options');
+  });
+});
+
+describe('cost in check() and peek()', () => {
+  const limiter = createLimiter({
+    limits: [
+      { limit: 5, window: '1s' },
+      { limit: 10, window: '1m' },
+    ],
+    denyCacheSize: 0,
+  });
+
+  test.each([-1, 1.5, 6, NaN, Infinity, '1', null])('cost %p is rejected with a TypeError naming cost', async (cost) => {
+    await expect(limiter.check('a', { cost: cost as number })).rejects.toThrow(TypeError);
+    await expect(limiter.check('a', { cost: cost as number })).rejects.toThrow(/^cost: .*from 0 to 5/);
+    await expect(limiter.peek('a', { cost: cost as number })).rejects.toThrow(/^cost:/);
+  });
+
+  test('costs 0 to the smallest limit are accepted, and a rejected cost counts nothing', async () => {
+    await expect(limiter.check('b', { cost: 9 })).rejects.toThrow(/^cost:/);
+    expect((await limiter.peek('b', { cost: 0 })).estimated).toBe(0);
+    expect((await limiter.check('b', { cost: 0 })).allowed).toBe(true);
+    expect((await limiter.check('b', { cost: 5 })).allowed).toBe(true);
+    expect((await limiter.peek('b', { cost: 0 })).estimated).toBe(5);
+  });
+
+  test('a non-string identifier is rejected, naming identifier', async () => {
+    await expect(limiter.check(42 as unknown as string)).rejects.toThrow(/^identifier:/);
+    await expect(limiter.reset(undefined as unknown as string)).rejects.toThrow(/^identifier:/);
+  });
+});
+
+describe('store options', () => {
+  test('RedisStore rejects unknown keys and a missing or wrong client, naming them', () => {
+    expectOptionError(() => new RedisStore({ client, prefix: 'x' } as unknown as { client: Redis }), 'prefix');
+    expectOptionError(() => new RedisStore({ client, keyPrefix: 'x' } as unknown as { client: Redis }), 'keyPrefix');
+    expectOptionError(() => new RedisStore({} as { client: Redis }), 'client');
+    expectOptionError(() => new RedisStore({ client: { get() {} } } as unknown as { client: Redis }), 'client');
+    expect(() => new RedisStore(null as unknown as { client: Redis })).toThrow(TypeError);
+  });
+
+  test('MemoryStore rejects unknown keys and bad numbers, naming them', () => {
+    expectOptionError(() => new MemoryStore({ max: 10 } as unknown as { maxKeys: number }), 'max');
+    expectOptionError(() => new MemoryStore({ maxKeys: 0 }), 'maxKeys');
+    expectOptionError(() => new MemoryStore({ maxKeys: 1.5 }), 'maxKeys');
+    expectOptionError(() => new MemoryStore({ sweepIntervalMs: -1 }), 'sweepIntervalMs');
+    expect(() => new MemoryStore(null as unknown as object)).toThrow(TypeError);
+    const store = new MemoryStore({ maxKeys: 5, sweepIntervalMs: 0 });
+    expect(store.maxKeys).toBe(5);
+    store.shutdown();
+  });
+});
+
+describe('null is not a default', () => {
+  test.each([
+    ['limit', { limit: null }],
+    ['window', { window: null }],
+    ['algorithm', { algorithm: null }],
+    ['prefix', { prefix: null }],
+  ])('%s: null throws a TypeError naming the option', (name, options) => {
+    expect(() => createLimiter(options as never)).toThrow(new RegExp(`^${name}:`));
+  });
+});

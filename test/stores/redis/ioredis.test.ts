@@ -1,0 +1,76 @@
+/**
+ * The one piece of ioredis internals the store relies on (the command queue, in src/stores/redis/ioredis.ts).
+ * These tests fail loudly when an ioredis upgrade changes it: re-verify the abandonment of
+ * unanswered checks (the Redis-killed fault tests) before adding a major version here.
+ */
+import { readFileSync } from 'node:fs';
+import type { Redis } from 'ioredis';
+import { abandonUnansweredChecks, commandQueueOf } from '../../../src/stores/redis/ioredis';
+import { shaOf } from '../../../src/stores/redis/redis-client';
+import { redisClient } from '../../helpers/redis';
+
+const VERIFIED_MAJOR_VERSIONS = [6];
+
+let client: Redis;
+beforeAll(() => {
+  client = redisClient();
+});
+afterAll(() => client.quit());
+
+test('the installed ioredis is a major version whose command queue was verified', () => {
+  const { version } = JSON.parse(readFileSync(require.resolve('ioredis/package.json'), 'utf8')) as { version: string };
+  expect(VERIFIED_MAJOR_VERSIONS).toContain(Number(version.split('.')[0]));
+});
+
+test('commandQueue holds sent, unanswered commands as { command: { name, args, reject } }', async () => {
+  await client.ping();
+  const queue = commandQueueOf(client);
+  expect(queue).toBeDefined();
+  // BLPOP on an empty list waits at Redis: the command stays in the queue, unanswered.
+  const pending = client.blpop(`queue-shape-${process.pid}`, 1);
+  const item = queue!.peekAt(queue!.length - 1);
+  expect(item?.command?.name).toBe('blpop');
+  expect(Array.isArray(item?.command?.args)).toBe(true);
+  expect(typeof item?.command?.reject).toBe('function');
+  await pending;
+});
+
+test('abandoning rejects only our scripts and turns them into dry runs', async () => {
+  const lua = "return redis.call('BLPOP', KEYS[1], ARGV[3])";
+  shaOf(lua, 'single'); // known from now on as one of this package's single-key scripts
+  const ours = client.eval(lua, 1, `queue-ours-${process.pid}`, '', 1, '0');
+  const theirs = client.blpop(`queue-theirs-${process.pid}`, 1);
+  const queue = commandQueueOf(client)!;
+  const queued = queue.peekAt(queue.length - 2)?.command;
+  abandonUnansweredChecks(client);
+  await expect(ours).rejects.toMatchObject({ code: 'SWL_STORE_UNAVAILABLE' });
+  expect(queued?.args[5]).toBe('1');
+  await expect(theirs).resolves.toBeNull();
+});
+
+test('abandoning a batch sets its dry-run override, the first argument after its keys', async () => {
+  await client.ping();
+  const lua = "return redis.call('BLPOP', KEYS[1], 1)";
+  shaOf(lua, 'batch');
+  const keys = [`queue-batch-a-${process.pid}`, `queue-batch-b-${process.pid}`];
+  const batch = client.eval(lua, keys.length, ...keys, '0', 4, '', 1, '0', 0);
+  const queue = commandQueueOf(client)!;
+  const queued = queue.peekAt(queue.length - 1)?.command;
+  abandonUnansweredChecks(client);
+  await expect(batch).rejects.toMatchObject({ code: 'SWL_STORE_UNAVAILABLE' });
+  // eval, numkeys, the two keys, then the override
+  expect(queued?.args.slice(0, 5)).toEqual([lua, '2', ...keys, '1']);
+});
+
+test('an unknown queue shape is left alone, with one SWL_IOREDIS_QUEUE_UNSUPPORTED warning', () => {
+  const warn = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+  try {
+    expect(commandQueueOf({ commandQueue: [] })).toBeUndefined();
+    expect(commandQueueOf({ commandQueue: {} })).toBeUndefined();
+    expect(commandQueueOf({})).toBeUndefined();
+    expect(warn).toHaveBeenCalledTimes(1);
+    expect(warn.mock.calls[0][1]).toMatchObject({ code: 'SWL_IOREDIS_QUEUE_UNSUPPORTED' });
+  } finally {
+    warn.mockRestore();
+  }
+});

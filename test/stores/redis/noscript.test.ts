@@ -1,0 +1,117 @@
+/**
+ * NOSCRIPT recovery: after SCRIPT FLUSH (or a Redis restart) the next check reloads the
+ * script by itself and succeeds, counting on from the same state, through ioredis and
+ * node-redis alike.
+ */
+import { createHash } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { createLimiter, RedisStore } from '../../../src';
+import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../../src/algorithms';
+import type { AlgorithmName } from '../../../src/algorithms/types';
+import { type RedisProcess, startRedis } from '../../../support/redis-server';
+import { closeClient, isReady, manualClock, REDIS_CLIENTS, redisClient, type StoreClient, uniquePrefix } from '../../helpers/redis';
+
+const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
+let admin: Redis;
+beforeAll(() => {
+  admin = redisClient();
+});
+afterAll(() => admin.quit());
+
+function sha1(text: string): string {
+  return createHash('sha1').update(text).digest('hex');
+}
+
+async function waitUntil(predicate: () => boolean, what: string): Promise<void> {
+  for (let waited = 0; !predicate(); waited += 10) {
+    if (waited > 10_000) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
+  let client: StoreClient;
+  beforeAll(async () => {
+    client = await kind.standalone();
+  });
+  afterAll(() => closeClient(client));
+
+  describe.each(ALGORITHMS)('%s after SCRIPT FLUSH', (algorithm) => {
+    test('the next check succeeds and counts on', async () => {
+      const clock = manualClock();
+      const limiter = createLimiter({
+        store: new RedisStore({ client }),
+        limit: 5,
+        window: '1h',
+        algorithm,
+        clock: clock.now,
+        prefix: uniquePrefix('noscript'),
+        denyCacheSize: 0,
+      });
+      expect((await limiter.check('a', { cost: 2 })).allowed).toBe(true);
+      const sha = sha1(SCRIPTS[algorithm].check.lua);
+      expect(await admin.script('EXISTS', sha)).toEqual([1]);
+      await admin.script('FLUSH');
+      expect(await admin.script('EXISTS', sha)).toEqual([0]);
+
+      const after = await limiter.check('a', { cost: 2 });
+      expect(after.allowed).toBe(true);
+      expect(after.estimated).toBe(4);
+      expect(await admin.script('EXISTS', sha)).toEqual([1]);
+      expect((await limiter.check('a', { cost: 2 })).allowed).toBe(false);
+    });
+
+    test('many parallel checks right after a flush all succeed, and count exactly', async () => {
+      const limiter = createLimiter({
+        store: new RedisStore({ client }),
+        limit: 30,
+        window: '1h',
+        algorithm,
+        prefix: uniquePrefix('noscript'),
+        denyCacheSize: 0,
+      });
+      await limiter.check('warm');
+      await admin.script('FLUSH');
+      const decisions = await Promise.all(Array.from({ length: 50 }, () => limiter.check('p')));
+      expect(decisions.filter((decision) => decision.allowed)).toHaveLength(30);
+      await admin.script('FLUSH');
+      await expect(limiter.peek('p')).resolves.toMatchObject({ allowed: false });
+    });
+  });
+
+  describe('after a Redis restart (scripts and data gone)', () => {
+    let server: RedisProcess;
+    let restartClient: StoreClient;
+    beforeAll(async () => {
+      server = await startRedis();
+      // Reconnect every 20 ms, so the test does not wait for a back-off.
+      restartClient = await kind.standalone(
+        server.url,
+        kind.name === 'ioredis' ? { maxRetriesPerRequest: 1, retryStrategy: () => 20 } : { socket: { reconnectStrategy: 20 } },
+      );
+    });
+    afterAll(async () => {
+      await closeClient(restartClient);
+      await server.stop();
+    });
+
+    test('checks work again once the connection is back', async () => {
+      const limiter = createLimiter({
+        store: new RedisStore({ client: restartClient }),
+        limit: 3,
+        window: '1h',
+        prefix: uniquePrefix('restart'),
+        denyCacheSize: 0,
+      });
+      expect((await limiter.check('a')).allowed).toBe(true);
+      await server.kill();
+      await waitUntil(() => !isReady(restartClient), 'the client to see the connection closed');
+      await server.restart();
+      // The client reconnects; the first check on the new connection loads the script again.
+      await waitUntil(() => isReady(restartClient), 'the client to reconnect');
+      const decision = await limiter.check('a');
+      expect(decision.allowed).toBe(true);
+      expect(decision.estimated).toBe(1); // a fresh server: the old count is gone with it
+    });
+  });
+});

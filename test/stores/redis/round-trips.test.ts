@@ -1,0 +1,160 @@
+/**
+ * One round trip per check: Redis's MONITOR sees exactly one EVALSHA per check, peek and
+ * refund from the store's client, and no other command, through ioredis and node-redis alike;
+ * after SCRIPT FLUSH, one check costs one EVALSHA answered NOSCRIPT and one EVAL, and the next
+ * ones are single EVALSHAs again. On a redis-server of its own, so no other test file's
+ * commands are seen.
+ */
+import { Redis } from 'ioredis';
+import { type AlgorithmName, createLimiter, RedisStore } from '../../../src';
+import { type RedisProcess, startRedis } from '../../../support/redis-server';
+import { closeClient, REDIS_CLIENTS, type StoreClient } from '../../helpers/redis';
+
+const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
+
+let server: RedisProcess;
+let admin: Redis;
+let monitor: Redis;
+/** Commands seen by MONITOR since the last `reset()`, by name, leaving out those scripts call and the admin's. */
+let seen: Record<string, number> = {};
+/** The same for the commands the scripts themselves call. */
+let seenInScripts: Record<string, number> = {};
+/** How many ARGV each EVALSHA seen carried (after the SHA, the key count and the keys). */
+let evalshaArgv: number[] = [];
+beforeAll(async () => {
+  server = await startRedis();
+  admin = new Redis(server.url);
+  await admin.client('SETNAME', 'admin');
+  // monitor() opens a connection of its own: the one it is called on is only needed for that.
+  const origin = new Redis(server.url);
+  monitor = await origin.monitor();
+  await origin.quit();
+  const adminAddresses = new Set<string>();
+  monitor.on('monitor', (_time: string, args: string[], source: string) => {
+    if (source === 'lua') {
+      const name = args[0].toLowerCase();
+      seenInScripts[name] = (seenInScripts[name] ?? 0) + 1;
+      return;
+    }
+    if (adminAddresses.has(source)) return;
+    if (args[0].toUpperCase() === 'ECHO' && args[1] === 'admin') {
+      adminAddresses.add(source);
+      return;
+    }
+    const name = args[0].toLowerCase();
+    seen[name] = (seen[name] ?? 0) + 1;
+    if (name === 'evalsha') evalshaArgv.push(args.length - 3 - Number(args[2]));
+  });
+  await admin.echo('admin');
+});
+afterAll(async () => {
+  monitor.disconnect();
+  await admin.quit();
+  await server.stop();
+});
+
+/** Forgets the commands seen so far, once MONITOR has passed them all on. */
+async function reset(): Promise<void> {
+  await commandCalls();
+  seen = {};
+  seenInScripts = {};
+  evalshaArgv = [];
+}
+
+/** The commands seen, once MONITOR has passed on everything sent before (a marker through the admin connection). */
+async function commandCalls(): Promise<Record<string, number>> {
+  const marker = `marker-${Date.now()}-${Math.random()}`;
+  const arrived = new Promise<void>((resolve) => {
+    const listener = (_time: string, args: string[]) => {
+      if (args[1] === marker) {
+        monitor.off('monitor', listener);
+        resolve();
+      }
+    };
+    monitor.on('monitor', listener);
+  });
+  await admin.echo(marker);
+  await arrived;
+  return { ...seen };
+}
+
+describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
+  let client: StoreClient;
+  beforeAll(async () => {
+    client = await kind.standalone(server.url);
+  });
+  afterAll(() => closeClient(client));
+
+  test.each(ALGORITHMS)('%s: one EVALSHA per check, peek and refund, and one for all the checks of one turn', async (algorithm) => {
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 5,
+      window: '1m',
+      algorithm,
+      prefix: `rt-${kind.name}-${algorithm}`,
+      denyCacheSize: 0,
+    });
+    await limiter.check('warm-up'); // loads the scripts
+    const counted = await limiter.check('warm-up');
+    await limiter.refund('warm-up', counted);
+    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up')]); // loads the batch script
+    await reset();
+    for (let i = 0; i < 7; i++) await limiter.check(`id-${i % 2}`); // allowed and denied alike
+    await limiter.peek('id-0');
+    const decision = await limiter.check('id-2', { cost: 2 });
+    await limiter.refund('id-2', decision);
+    // Started in one turn of the event loop, 20 checks go out as two batch calls: 16 (a batch
+    // leaves once that full), then the other 4 at the end of the turn.
+    const parallel = await Promise.all(Array.from({ length: 20 }, () => limiter.check('parallel')));
+    expect(parallel.filter((d) => d.allowed)).toHaveLength(5);
+    expect(await commandCalls()).toEqual({ evalsha: 7 + 1 + 1 + 1 + 2 });
+  });
+
+  /** A limiter of 100 per minute whose batch script is loaded, with the commands seen so far forgotten. */
+  async function withBatchScript(prefix: string) {
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 100, window: '1m', prefix: `${prefix}-${kind.name}` });
+    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up')]);
+    await reset();
+    return limiter;
+  }
+
+  test('a batch reads Redis TIME once: its checks are decided at one instant', async () => {
+    const limiter = await withBatchScript('rt-time');
+    const decisions = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`)));
+    expect(await commandCalls()).toEqual({ evalsha: 1 });
+    expect(seenInScripts.time).toBe(1);
+    expect(new Set(decisions.map((decision) => decision.now)).size).toBe(1);
+    await reset();
+    await limiter.check('alone');
+    await limiter.check('alone');
+    await commandCalls();
+    expect(seenInScripts.time).toBe(2);
+  });
+
+  test('a batch whose checks have the same arguments sends them once; checks of different costs send their own', async () => {
+    const limiter = await withBatchScript('rt-argv');
+    const same = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`)));
+    expect(await commandCalls()).toEqual({ evalsha: 1 });
+    // The dry-run override, then the arguments every key shares.
+    expect(evalshaArgv).toEqual([2]);
+    expect(same.map((decision) => decision.remaining)).toEqual(Array.from({ length: 16 }, () => 99));
+    await reset();
+    const mixed = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`, { cost: 1 + (i % 2) })));
+    expect(await commandCalls()).toEqual({ evalsha: 1 });
+    expect(evalshaArgv).toEqual([17]);
+    expect(mixed.map((decision) => decision.remaining)).toEqual(Array.from({ length: 16 }, (_, i) => 98 - (i % 2)));
+  });
+
+  test('after SCRIPT FLUSH: one EVALSHA answered NOSCRIPT and one EVAL, then one EVALSHA per check again', async () => {
+    const limiter = createLimiter({ store: new RedisStore({ client }), limit: 5, window: '1m', prefix: `rt-flush-${kind.name}` });
+    await limiter.check('a');
+    await admin.script('FLUSH');
+    await reset();
+    await limiter.check('a');
+    expect(await commandCalls()).toEqual({ evalsha: 1, eval: 1 });
+    await reset();
+    await limiter.check('a');
+    await limiter.check('b');
+    expect(await commandCalls()).toEqual({ evalsha: 2 });
+  });
+});
