@@ -6,7 +6,7 @@ import { createApp as createLoginAndPlansApp } from '../examples/login-and-plans
 import { createMetricsApp } from '../examples/metrics';
 import { createShadowApp } from '../examples/shadow';
 import { RedisStore } from '../src';
-import { redisClient, uniquePrefix } from './helpers/redis';
+import { redisClient, redisUrl, uniquePrefix } from './helpers/redis';
 
 const run = promisify(execFile);
 
@@ -71,7 +71,7 @@ describe('examples', () => {
 
   test('npm run demo prints 200s then 429s and exits', async () => {
     const { stdout } = await run('npm', ['run', '--silent', 'demo'], {
-      env: { ...process.env, REDIS_URL: process.env.REDIS_URL },
+      env: { ...process.env, REDIS_URL: redisUrl() },
       timeout: 60_000,
     });
     const statuses = [...stdout.matchAll(/^#\s*\d+\s+(\d{3})/gm)].map((m) => Number(m[1]));

@@ -7,21 +7,22 @@ import type { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, selectStores } from '../helpers/stores';
 
 let client: Redis;
-beforeAll(() => {
+onRedis.beforeAll(() => {
   client = redisClient();
 });
-afterAll(() => client.quit());
+onRedis.afterAll(() => client.quit());
 
 const LIMIT = 100;
 const WINDOW = 60_000;
 const BOUNDARY = 1_700_000_040_000 - (1_700_000_040_000 % WINDOW) + WINDOW;
 
-const stores: [string, () => Store][] = [
+const stores = selectStores<[string, () => Store]>([
   ['RedisStore', () => new RedisStore({ client })],
   ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-];
+]);
 
 /**
  * 2 x limit requests, evenly spread over the last `spanMs` before the boundary and the first

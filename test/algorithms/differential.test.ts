@@ -22,13 +22,13 @@ import type { AlgorithmName, MemoryResult } from '../../src/algorithms/types';
 import { BATCH_SLOT, batchArgv, batchReply, scriptArgv } from '../../src/protocol';
 import type { Tier } from '../../src/tiers';
 import { mulberry32 as seeded } from '../../support/random';
-import { redisClient, uniquePrefix } from '../helpers/redis';
+import { redisClient, redisUrl, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;
 let nodeRedis: RedisClientType;
 beforeAll(async () => {
   client = redisClient();
-  nodeRedis = createClient({ url: process.env.REDIS_URL });
+  nodeRedis = createClient({ url: redisUrl() });
   await nodeRedis.connect();
 });
 afterAll(async () => {

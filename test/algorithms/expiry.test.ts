@@ -17,12 +17,13 @@ import {
   type StoreClient,
   uniquePrefix,
 } from '../helpers/redis';
+import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
 
 let client: Redis;
-beforeAll(() => {
+onRedis.beforeAll(() => {
   client = redisClient();
 });
-afterAll(() => client.quit());
+onRedis.afterAll(() => client.quit());
 
 const HOUR = 3_600_000;
 const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR); // a boundary of every window used
@@ -48,7 +49,7 @@ async function pttl(key: string): Promise<number> {
   return client.pttl(key);
 }
 
-describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
+onRedis.describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
   beforeAll(async () => {
     storeClient = await kind.standalone();
   });
@@ -152,33 +153,35 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
   });
 });
 
-describe.each<[string, () => Store]>([...redisStoresPerClient(), ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })]])(
-  'after 2 x window the sliding window state is gone (injected clock) on %s',
-  (_name, makeStore) => {
-    test.each([200, 60_000])('window %d ms: counted 1 ms before, forgotten at 2 x window', async (window) => {
-      const clock = manualClock(START);
-      const limiter = createLimiter({
-        store: makeStore(),
-        limit: 5,
-        window,
-        clock: clock.now,
-        prefix: uniquePrefix('gone'),
-        denyCacheSize: 0,
-      });
-      expect((await limiter.check('a', { cost: 5 })).allowed).toBe(true);
-      clock.set(START + 2 * window - 1);
-      const almost = await limiter.peek('a', { cost: 5 });
-      expect(almost.estimated).toBeCloseTo(5 / window, 12); // 1 ms of the previous window's weight left
-      expect(almost.allowed).toBe(false);
-      clock.set(START + 2 * window);
-      const gone = await limiter.peek('a', { cost: 5 });
-      expect(gone.estimated).toBe(0);
-      expect(gone.allowed).toBe(true);
-    });
-  },
-);
+const STORES = selectStores<[string, () => Store]>([
+  ...redisStoresPerClient(),
+  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
+]);
 
-describe('MemoryStore expiry', () => {
+describe.each(STORES)('after 2 x window the sliding window state is gone (injected clock) on %s', (_name, makeStore) => {
+  test.each([200, 60_000])('window %d ms: counted 1 ms before, forgotten at 2 x window', async (window) => {
+    const clock = manualClock(START);
+    const limiter = createLimiter({
+      store: makeStore(),
+      limit: 5,
+      window,
+      clock: clock.now,
+      prefix: uniquePrefix('gone'),
+      denyCacheSize: 0,
+    });
+    expect((await limiter.check('a', { cost: 5 })).allowed).toBe(true);
+    clock.set(START + 2 * window - 1);
+    const almost = await limiter.peek('a', { cost: 5 });
+    expect(almost.estimated).toBeCloseTo(5 / window, 12); // 1 ms of the previous window's weight left
+    expect(almost.allowed).toBe(false);
+    clock.set(START + 2 * window);
+    const gone = await limiter.peek('a', { cost: 5 });
+    expect(gone.estimated).toBe(0);
+    expect(gone.allowed).toBe(true);
+  });
+});
+
+withoutRedis.describe('MemoryStore expiry', () => {
   test('an expired entry is dropped on access and by sweep()', async () => {
     const clock = manualClock(START);
     const store = new MemoryStore({ sweepIntervalMs: 0 });

@@ -9,8 +9,12 @@ import type { AlgorithmName } from '../../src/algorithms/types';
 import type { Tier } from '../../src/tiers';
 import { mulberry32 as seeded } from '../../support/random';
 import { manualClock, redisStoresPerClient, uniquePrefix } from '../helpers/redis';
+import { selectStores } from '../helpers/stores';
 
-const stores: [string, () => Store][] = [...redisStoresPerClient(), ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })]];
+const stores = selectStores<[string, () => Store]>([
+  ...redisStoresPerClient(),
+  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
+]);
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 const MINUTE = 60_000;
 const START = 1_700_000_040_000 - (1_700_000_040_000 % (10 * MINUTE)); // a boundary of every window used

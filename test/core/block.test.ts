@@ -19,6 +19,7 @@ import {
 } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { clusterClient, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
 
 const MINUTE = 60_000;
 /** A boundary of every window used here, so the expected waits are easy to state. */
@@ -44,12 +45,12 @@ const COUNTS_WAIT: Record<Tested, number> = {
 
 let client: Redis;
 let cluster: Cluster;
-beforeAll(async () => {
+onRedis.beforeAll(async () => {
   client = redisClient();
   cluster = clusterClient();
   await cluster.ping();
 });
-afterAll(async () => {
+onRedis.afterAll(async () => {
   await Promise.all([client.quit(), cluster.quit()]);
 });
 
@@ -60,11 +61,11 @@ interface StoreKind {
   readonly redis: () => Redis | Cluster | undefined;
 }
 
-const STORES: StoreKind[] = [
+const STORES: StoreKind[] = selectStores<StoreKind>([
   { name: 'MemoryStore', make: () => new MemoryStore({ sweepIntervalMs: 0 }), redis: () => undefined },
   { name: 'RedisStore', make: () => new RedisStore({ client }), redis: () => client },
   { name: 'RedisStore on Cluster', make: () => new RedisStore({ client: cluster }), redis: () => cluster },
-];
+]);
 const REDIS_STORES = STORES.filter((kind) => kind.name !== 'MemoryStore');
 
 /** Every key under `prefix:`, on every master of a cluster. */
@@ -265,7 +266,7 @@ describe.each(STORES)('blockFor on $name', (kind) => {
   });
 });
 
-describe.each(REDIS_STORES)('the block is in Redis, on $name', (kind) => {
+onRedis.describe.each(REDIS_STORES)('the block is in Redis, on $name', (kind) => {
   describe.each(ALGORITHMS)('%s', (algorithm) => {
     function limiterAt(clock: () => number, prefix: string): Limiter {
       // Each its own deny cache, as separate processes have.
@@ -328,7 +329,7 @@ describe.each(REDIS_STORES)('the block is in Redis, on $name', (kind) => {
   });
 });
 
-describe('blockFor option', () => {
+withoutRedis.describe('blockFor option', () => {
   test.each([-1, 'soon'])('blockFor %p throws an OptionError naming blockFor', (blockFor) => {
     expect(() => createLimiter({ blockFor })).toThrow(OptionError);
     expect(() => createLimiter({ blockFor })).toThrow(/^blockFor: /);

@@ -18,6 +18,7 @@ import {
 } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, selectStores } from '../helpers/stores';
 
 const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
 const MINUTE = 60_000;
@@ -26,13 +27,13 @@ const HOUR = 3_600_000;
 const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR);
 
 let client: Redis;
-beforeAll(() => {
+onRedis.beforeAll(() => {
   client = redisClient();
 });
-afterAll(() => client.quit());
+onRedis.afterAll(() => client.quit());
 
 type BackendName = 'MemoryStore' | 'RedisStore';
-const BACKENDS: BackendName[] = ['MemoryStore', 'RedisStore'];
+const BACKENDS = selectStores<BackendName>(['MemoryStore', 'RedisStore']);
 
 interface Setup {
   clock: ReturnType<typeof manualClock>;

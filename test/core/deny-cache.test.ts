@@ -11,19 +11,20 @@ import { DenyCache } from '../../src/core/deny-cache';
 import type { Tier } from '../../src/tiers';
 import { mulberry32 as seeded } from '../../support/random';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
 
 let client: Redis;
-beforeAll(() => {
+onRedis.beforeAll(() => {
   client = redisClient();
 });
-afterAll(() => client.quit());
+onRedis.afterAll(() => client.quit());
 afterEach(() => jest.restoreAllMocks());
 
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
-const stores: [string, () => Store][] = [
+const stores = selectStores<[string, () => Store]>([
   ['RedisStore', () => new RedisStore({ client })],
   ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-];
+]);
 const CONFIGS: Tier[][] = [
   [{ limit: 5, window: 1_000 }],
   [
@@ -95,7 +96,7 @@ describe.each(stores)('deny cache on %s', (_name, makeStore) => {
 });
 
 describe('deny cache saves store round trips', () => {
-  test('a flood of 1,000 checks from a denied identifier makes no Redis calls after the first denial', async () => {
+  onRedis.test('a flood of 1,000 checks from a denied identifier makes no Redis calls after the first denial', async () => {
     const spy = jest.spyOn(RedisStore.prototype, 'checkThen');
     const limiter = createLimiter({ store: new RedisStore({ client }), limit: 5, window: '1m', prefix: uniquePrefix('flood') });
     for (let i = 0; i < 5; i++) expect((await limiter.check('flooder')).allowed).toBe(true);
@@ -119,7 +120,7 @@ describe('deny cache saves store round trips', () => {
     expect(spy.mock.calls.length).toBe(callsAtFirstDenial + 1);
   });
 
-  test('the cached denial lasts exactly until retryAfterMs, then the store is asked again', async () => {
+  onRedis.test('the cached denial lasts exactly until retryAfterMs, then the store is asked again', async () => {
     const spy = jest.spyOn(RedisStore.prototype, 'checkThen');
     const clock = manualClock(1_700_000_000_000);
     const limiter = createLimiter({
@@ -148,7 +149,7 @@ describe('deny cache saves store round trips', () => {
     expect(spy.mock.calls.length).toBe(calls + 1);
   });
 
-  test('reset() clears the cached denial', async () => {
+  onRedis.test('reset() clears the cached denial', async () => {
     const spy = jest.spyOn(RedisStore.prototype, 'checkThen');
     const limiter = createLimiter({ store: new RedisStore({ client }), limit: 1, window: '1h', prefix: uniquePrefix('reset') });
     expect((await limiter.check('x')).allowed).toBe(true);
@@ -162,7 +163,7 @@ describe('deny cache saves store round trips', () => {
     expect(spy.mock.calls.length).toBe(calls + 1);
   });
 
-  test('a denial for cost 1 is not reused for a larger cost, whose wait is longer', async () => {
+  withoutRedis.test('a denial for cost 1 is not reused for a larger cost, whose wait is longer', async () => {
     const clock = manualClock(1_700_000_000_000);
     const store = new MemoryStore({ sweepIntervalMs: 0 });
     const limiter = createLimiter({
@@ -185,7 +186,7 @@ describe('deny cache saves store round trips', () => {
     expect(three.cost).toBe(3);
   });
 
-  test('a cached denial is dropped when a smaller request is counted, since the wait grows', async () => {
+  withoutRedis.test('a cached denial is dropped when a smaller request is counted, since the wait grows', async () => {
     const clock = manualClock(1_700_000_000_000);
     const limiter = createLimiter({
       store: new MemoryStore({ sweepIntervalMs: 0 }),
@@ -208,7 +209,7 @@ describe('deny cache saves store round trips', () => {
   });
 });
 
-describe('DenyCache bounds', () => {
+withoutRedis.describe('DenyCache bounds', () => {
   const TIERS = [{ limit: 10, window: 60_000 }];
   const denial = (cost = 1) =>
     ({

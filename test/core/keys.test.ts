@@ -8,12 +8,13 @@ import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
 
 let client: Redis;
-beforeAll(() => {
+onRedis.beforeAll(() => {
   client = redisClient();
 });
-afterAll(() => client.quit());
+onRedis.afterAll(() => client.quit());
 
 /** Every key under `prefix:`, as raw bytes. */
 async function keysUnder(prefix: string): Promise<Buffer[]> {
@@ -52,7 +53,7 @@ const ODD_IDENTIFIERS = [
 ];
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
-describe('keyFor', () => {
+withoutRedis.describe('keyFor', () => {
   test('an identifier up to 128 characters is kept as is, under the prefix', () => {
     const limiter = createLimiter({ prefix: 'api' });
     expect(limiter.keyFor('user:42')).toBe('api:user:42');
@@ -88,7 +89,7 @@ describe('keyFor', () => {
   });
 });
 
-describe.each(ALGORITHMS)('%s keys in Redis', (algorithm) => {
+onRedis.describe.each(ALGORITHMS)('%s keys in Redis', (algorithm) => {
   test('an overlong identifier gets its own short key under the prefix, with its own counter', async () => {
     const prefix = uniquePrefix('long');
     const clock = manualClock();
@@ -146,10 +147,12 @@ describe.each(ALGORITHMS)('%s keys in Redis', (algorithm) => {
   });
 });
 
-describe.each<[string, () => Store]>([
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-])('identifiers that are not well-formed UTF-16 on %s', (_name, makeStore) => {
+describe.each(
+  selectStores<[string, () => Store]>([
+    ['RedisStore', () => new RedisStore({ client })],
+    ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
+  ]),
+)('identifiers that are not well-formed UTF-16 on %s', (_name, makeStore) => {
   test('distinct lone surrogates do not share a counter', async () => {
     const limiter = createLimiter({ store: makeStore(), limit: 1, window: '1m', prefix: uniquePrefix('utf'), denyCacheSize: 0 });
     const ids = ['\ud800', '\udc00', '\udfff', 'x\ud800', 'x\udbff'];

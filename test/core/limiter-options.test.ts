@@ -7,12 +7,13 @@ import type { Redis } from 'ioredis';
 import { CODES, createLimiter, type LimiterOptions, MemoryStore, OptionError, RedisStore } from '../../src';
 import { parseDuration } from '../../src/validate';
 import { redisClient } from '../helpers/redis';
+import { onRedis, withoutRedis } from '../helpers/stores';
 
 let client: Redis;
-beforeAll(() => {
+onRedis.beforeAll(() => {
   client = redisClient();
 });
-afterAll(() => client.quit());
+onRedis.afterAll(() => client.quit());
 
 /** Asserts `fn` throws a TypeError whose message starts with `option` followed by a colon. */
 function expectOptionError(fn: () => unknown, option: string): void {
@@ -28,7 +29,7 @@ function expectOptionError(fn: () => unknown, option: string): void {
   expect(Object.keys(CODES)).toContain((thrown as OptionError).code);
 }
 
-describe('createLimiter options', () => {
+withoutRedis.describe('createLimiter options', () => {
   test.each([0, -1, 1.5, NaN, Infinity, '10', 2 ** 60, true])('limit %p is rejected, naming limit', (limit) => {
     expectOptionError(() => createLimiter({ limit: limit as number }), 'limit');
   });
@@ -122,7 +123,7 @@ describe('createLimiter options', () => {
   });
 });
 
-describe('cost in check() and peek()', () => {
+withoutRedis.describe('cost in check() and peek()', () => {
   const limiter = createLimiter({
     limits: [
       { limit: 5, window: '1s' },
@@ -152,7 +153,7 @@ describe('cost in check() and peek()', () => {
 });
 
 describe('store options', () => {
-  test('RedisStore rejects unknown keys and a missing or wrong client, naming them', () => {
+  onRedis.test('RedisStore rejects unknown keys and a missing or wrong client, naming them', () => {
     expectOptionError(() => new RedisStore({ client, prefix: 'x' } as unknown as { client: Redis }), 'prefix');
     expectOptionError(() => new RedisStore({ client, keyPrefix: 'x' } as unknown as { client: Redis }), 'keyPrefix');
     expectOptionError(() => new RedisStore({} as { client: Redis }), 'client');
@@ -160,7 +161,7 @@ describe('store options', () => {
     expect(() => new RedisStore(null as unknown as { client: Redis })).toThrow(TypeError);
   });
 
-  test('MemoryStore rejects unknown keys and bad numbers, naming them', () => {
+  withoutRedis.test('MemoryStore rejects unknown keys and bad numbers, naming them', () => {
     expectOptionError(() => new MemoryStore({ max: 10 } as unknown as { maxKeys: number }), 'max');
     expectOptionError(() => new MemoryStore({ maxKeys: 0 }), 'maxKeys');
     expectOptionError(() => new MemoryStore({ maxKeys: 1.5 }), 'maxKeys');
@@ -172,7 +173,7 @@ describe('store options', () => {
   });
 });
 
-describe('null is not a default', () => {
+withoutRedis.describe('null is not a default', () => {
   test.each([
     ['limit', { limit: null }],
     ['window', { window: null }],

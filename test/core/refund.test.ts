@@ -8,6 +8,7 @@ import { Cluster, type Redis } from 'ioredis';
 import { createLimiter, type Decision, type Limiter, MemoryStore, OptionError, RedisStore, type Store, type TierOptions } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { clusterClient, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, selectStores } from '../helpers/stores';
 
 // The token bucket's refund (no windows: its level) has its own tests at the end of this file.
 const ALGORITHMS = ['sliding-window', 'fixed-window', 'sliding-log'] as const;
@@ -16,18 +17,19 @@ const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR); // a boundary of e
 
 let client: Redis;
 let cluster: Cluster;
-beforeAll(async () => {
+onRedis.beforeAll(async () => {
   client = redisClient();
   cluster = clusterClient();
   await cluster.ping();
 });
-afterAll(async () => {
+onRedis.afterAll(async () => {
   await client.quit();
   await cluster.quit();
 });
 
 type BackendName = 'MemoryStore' | 'RedisStore' | 'RedisStore on Cluster';
-const BACKENDS: BackendName[] = ['MemoryStore', 'RedisStore', 'RedisStore on Cluster'];
+const BACKENDS = selectStores<BackendName>(['MemoryStore', 'RedisStore', 'RedisStore on Cluster']);
+const REDIS_BACKENDS = ['RedisStore', 'RedisStore on Cluster'] as const;
 
 /** The Redis client a backend writes through; undefined for the MemoryStore. */
 function redisOf(backend: BackendName): Redis | Cluster | undefined {
@@ -430,7 +432,7 @@ describe.each(BACKENDS)('a refund keeps the expiry of the key, on %s', (backend)
   });
 });
 
-describe.each(['RedisStore', 'RedisStore on Cluster'] as const)('on %s a refund writes the identifier’s own key only', (backend) => {
+onRedis.describe.each(REDIS_BACKENDS)('on %s a refund writes the identifier’s own key only', (backend) => {
   test.each(ALGORITHMS)('%s, identifiers with braces (Cluster hash tags) included', async (algorithm) => {
     const { limiter } = setupFor(backend, algorithm, TWO_TIERS);
     const redis = redisOf(backend)!;

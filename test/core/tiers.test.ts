@@ -6,6 +6,7 @@ import { createLimiter, type Decision, MemoryStore, type Store } from '../../src
 import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, redisStoresPerClient, uniquePrefix } from '../helpers/redis';
+import { selectStores } from '../helpers/stores';
 
 const HOUR = 3_600_000;
 const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR); // a boundary of both tiers
@@ -14,7 +15,10 @@ const LIMITS = [
   { limit: 5, window: '1h' },
 ] as const;
 
-const stores: [string, () => Store][] = [...redisStoresPerClient(), ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })]];
+const stores = selectStores<[string, () => Store]>([
+  ...redisStoresPerClient(),
+  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
+]);
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
 /**

@@ -24,6 +24,7 @@ import { byIp, RedisStore } from '../../src';
 import { type App, closeAgent, FRAMEWORKS, type Framework, get, rawRequest, startApp } from '../helpers/http-load';
 import { watchUnhandledRejections } from '../helpers/process';
 import { quietClient, type RedisProcess, scanAll, startFaultRedis, waitReady } from '../helpers/redis-faults';
+import { captureWarnings } from '../helpers/warnings';
 
 const LIMIT = 3;
 const TRIES = 5;
@@ -107,6 +108,9 @@ async function statuses(port: number, headers: Record<string, string>, host?: st
 
 const LIMITED = [...new Array(LIMIT).fill(200), ...new Array(TRIES - LIMIT).fill(429)];
 
+// Shared by the frameworks' tests: SWL_UNTRUSTED_FORWARDED is once per process, whichever framework has it first.
+const warnings = captureWarnings();
+
 describe.each(FRAMEWORKS)('%s', (framework) => {
   test('identifiers with braces, colons, stars, CR, LF, NUL and 10 kB: each limited on its own, exactly', async () => {
     const { port } = await app(framework, 'header', { identify: [byHeader, byIp()] });
@@ -183,6 +187,8 @@ describe.each(FRAMEWORKS)('%s', (framework) => {
     expect(codes).toEqual(LIMITED);
     const keys = (await scanAll(client)).filter((key) => key.startsWith(`bad-${framework}-spoof:`));
     expect(keys).toEqual([`bad-${framework}-spoof:ip:127.0.0.1`]);
+    // X-Forwarded-For from the socket's own peer: byIp() warns, once per process.
+    expect(warnings.codes()).toEqual(warnings.oncePerProcess('SWL_UNTRUSTED_FORWARDED'));
   });
 
   test('IPv6 addresses rotated inside one /56 (X-Forwarded-For from a trusted loopback proxy) share one quota', async () => {

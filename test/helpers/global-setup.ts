@@ -1,21 +1,23 @@
 import { startCluster, startRedis } from '../../support/redis-server';
+import { REDIS_CLUSTER_NODES_VARIABLE, REDIS_URL_VARIABLE } from './projects';
 
 /**
- * Starts one standalone redis-server and one three-master cluster for the whole run,
- * unless REDIS_URL / REDIS_CLUSTER_NODES name existing ones. Tests isolate themselves
- * with unique key prefixes. Environment variables set here reach the test workers.
+ * Global setup of the `redis` project: starts one standalone redis-server and one
+ * three-master cluster for the whole run, on free ports, always: the tests never use a
+ * server the developer already runs (REDIS_URL and REDIS_CLUSTER_NODES are ignored, and
+ * dropped from the environment the workers inherit). The addresses reach the test workers
+ * in RATEWARDEN_TEST_REDIS_URL and RATEWARDEN_TEST_REDIS_CLUSTER_NODES (read by
+ * test/helpers/redis.ts). Tests isolate themselves with unique key prefixes.
  */
 export default async function globalSetup(): Promise<void> {
+  delete process.env.REDIS_URL;
+  delete process.env.REDIS_CLUSTER_NODES;
   const stops: (() => Promise<void>)[] = [];
-  if (!process.env.REDIS_URL) {
-    const server = await startRedis();
-    process.env.REDIS_URL = server.url;
-    stops.push(() => server.stop());
-  }
-  if (!process.env.REDIS_CLUSTER_NODES) {
-    const cluster = await startCluster(3);
-    process.env.REDIS_CLUSTER_NODES = cluster.startupNodes.map((node) => `${node.host}:${node.port}`).join(',');
-    stops.push(() => cluster.stop());
-  }
   (globalThis as { __redisStops?: (() => Promise<void>)[] }).__redisStops = stops;
+  const server = await startRedis();
+  stops.push(() => server.stop());
+  process.env[REDIS_URL_VARIABLE] = server.url;
+  const cluster = await startCluster(3);
+  stops.push(() => cluster.stop());
+  process.env[REDIS_CLUSTER_NODES_VARIABLE] = cluster.startupNodes.map((node) => `${node.host}:${node.port}`).join(',');
 }

@@ -2,26 +2,47 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { createClient, createCluster } from 'redis';
+import type * as NodeRedis from 'redis';
 import { RedisStore, type RedisStoreClient } from '../../src';
+import { REDIS_CLUSTER_NODES_VARIABLE, REDIS_URL_VARIABLE } from './projects';
+import { runsStores } from './stores';
+
+/**
+ * node-redis (the `redis` package), loaded on first use: loading it takes about 0.2 s, which
+ * every test file of the `unit` project (no Redis) would otherwise pay for nothing.
+ */
+function nodeRedis(): typeof NodeRedis {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return require('redis') as typeof NodeRedis;
+}
+
+/** The address global-setup.ts handed over in `variable`; never a server the developer runs. */
+function harnessAddress(variable: string): string {
+  const value = process.env[variable];
+  if (value) return value;
+  if (!runsStores('redis')) {
+    throw new Error(
+      `${variable} is not set: this test file runs in a jest project without Redis (unit); put what needs Redis under onRedis (test/helpers/stores.ts), or the file in the redis project (test/helpers/projects.ts)`,
+    );
+  }
+  throw new Error(
+    `${variable} is not set: run the tests through jest (npm test, npm run test:redis), whose global setup starts redis-server`,
+  );
+}
+
+/** The URL of the run's standalone server (started by global-setup.ts). */
+export function redisUrl(): string {
+  return harnessAddress(REDIS_URL_VARIABLE);
+}
 
 /** A client of the run's standalone server (see global-setup). Close it in afterAll. */
 export function redisClient(options: RedisOptions = {}): Redis {
-  const url = process.env.REDIS_URL;
-  if (!url) throw new Error('REDIS_URL is not set: run the tests through jest so global-setup starts redis-server');
-  return new Redis(url, options);
+  return new Redis(redisUrl(), options);
 }
 
 /** A client of the run's three-master cluster. */
 export function clusterClient(): Cluster {
-  const nodes = process.env.REDIS_CLUSTER_NODES;
-  if (!nodes) throw new Error('REDIS_CLUSTER_NODES is not set');
-  return new Cluster(
-    nodes.split(',').map((address) => {
-      const [host, port] = address.split(':');
-      return { host, port: Number(port) };
-    }),
-  );
+  return new Cluster(clusterNodes());
 }
 
 /** A key prefix no other test uses, so test files can share one server. */
@@ -55,24 +76,19 @@ export interface RedisClientKind {
   cluster(): Promise<StoreClient>;
 }
 
+/** The run's three-master cluster (started by global-setup.ts). */
 function clusterNodes(): { host: string; port: number }[] {
-  const nodes = process.env.REDIS_CLUSTER_NODES;
-  if (!nodes) throw new Error('REDIS_CLUSTER_NODES is not set');
-  return nodes.split(',').map((address) => {
-    const [host, port] = address.split(':');
-    return { host, port: Number(port) };
-  });
-}
-
-function standaloneUrl(): string {
-  const url = process.env.REDIS_URL;
-  if (!url) throw new Error('REDIS_URL is not set: run the tests through jest so global-setup starts redis-server');
-  return url;
+  return harnessAddress(REDIS_CLUSTER_NODES_VARIABLE)
+    .split(',')
+    .map((address) => {
+      const [host, port] = address.split(':');
+      return { host, port: Number(port) };
+    });
 }
 
 const IOREDIS: RedisClientKind = {
   name: 'ioredis',
-  async standalone(url = standaloneUrl(), options = {}) {
+  async standalone(url = redisUrl(), options = {}) {
     const client = new Redis(url, options as RedisOptions);
     // Expected while a test has Redis down; counted by the fault helpers, ignored here.
     client.on('error', () => undefined);
@@ -88,14 +104,14 @@ const IOREDIS: RedisClientKind = {
 
 const NODE_REDIS: RedisClientKind = {
   name: 'node-redis',
-  async standalone(url = standaloneUrl(), options = {}) {
-    const client = createClient({ url, ...options });
+  async standalone(url = redisUrl(), options = {}) {
+    const client = nodeRedis().createClient({ url, ...options });
     client.on('error', () => undefined);
     await client.connect();
     return client;
   },
   async cluster() {
-    const cluster = createCluster({ rootNodes: clusterNodes().map(({ host, port }) => ({ url: `redis://${host}:${port}` })) });
+    const cluster = nodeRedis().createCluster({ rootNodes: clusterNodes().map(({ host, port }) => ({ url: `redis://${host}:${port}` })) });
     cluster.on('error', () => undefined);
     await cluster.connect();
     return cluster;
@@ -128,9 +144,11 @@ export async function closeClient(client: StoreClient): Promise<void> {
 /**
  * For suites that list the stores they run on: one `RedisStore` factory per client library
  * (named `RedisStore (ioredis)`, `RedisStore (node-redis)`), over standalone clients opened in
- * `beforeAll` and closed in `afterAll` of the calling file.
+ * `beforeAll` and closed in `afterAll` of the calling file. None, and no client, in a jest
+ * project that does not run the file's Redis half (see test/helpers/stores.ts).
  */
 export function redisStoresPerClient(): [string, () => RedisStore][] {
+  if (!runsStores('redis')) return [];
   const clients = new Map<string, StoreClient>();
   beforeAll(async () => {
     for (const [name, kind] of REDIS_CLIENTS) clients.set(name, await kind.standalone());

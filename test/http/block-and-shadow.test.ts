@@ -15,6 +15,7 @@ import { type ExpressRateLimitOptions, rateLimit } from '../../src/express';
 import { type FastifyRateLimitOptions, type RouteRateLimitOptions, rateLimitPlugin } from '../../src/fastify';
 import type { HeadersOption } from '../../src/http/headers';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, selectStores } from '../helpers/stores';
 
 const MINUTE = 60_000;
 /** A boundary of every window used here. */
@@ -22,18 +23,18 @@ const START = 1_800_000_000_000 - (1_800_000_000_000 % MINUTE);
 
 let client: Redis;
 const fastifyApps: FastifyInstance[] = [];
-beforeAll(() => {
+onRedis.beforeAll(() => {
   client = redisClient();
 });
 afterAll(async () => {
   await Promise.all(fastifyApps.map((app) => app.close()));
-  await client.quit();
+  await client?.quit();
 });
 
-const STORES: [string, () => Store][] = [
+const STORES = selectStores<[string, () => Store]>([
   ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
   ['RedisStore', () => new RedisStore({ client })],
-];
+]);
 
 /** The limiter settings under test; the app identifies every request as one client. */
 interface Settings {

@@ -14,6 +14,7 @@ import { OptionError, type TierOptions } from '../../src';
 import { rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
 import { manualClock, uniquePrefix } from '../helpers/redis';
+import { withoutRedis } from '../helpers/stores';
 import { type App, counted, FRAMEWORK_ROWS, START, storesOfTestFile, type TestOptions, type TestRequest } from './frameworks';
 
 const STORES = storesOfTestFile();
@@ -294,7 +295,7 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
   });
 });
 
-describe('limits together with limit or window: an OptionError at construction', () => {
+withoutRedis.describe('limits together with limit or window: an OptionError at construction', () => {
   const tiers = [{ limit: 2, window: '1m' }];
   const CONFLICTS: [string, TestOptions][] = [
     ['limit function + limits', { limit: () => 5, limits: tiers }],
@@ -357,7 +358,7 @@ describe('limits together with limit or window: an OptionError at construction',
   });
 });
 
-describe("without an error handler of the app's own, the framework's default answers 500", () => {
+withoutRedis.describe("without an error handler of the app's own, the framework's default answers 500", () => {
   const options = { limit: () => 0, identify: () => 'c' };
   test('Express 5 default error handler', async () => {
     const app = express();

@@ -27,6 +27,7 @@ import * as expressAdapter from '../../src/express';
 import * as fastifyAdapter from '../../src/fastify';
 import type { HttpOptions } from '../../src/http/http-options';
 import { redisClient } from '../helpers/redis';
+import { onRedis, selectStores } from '../helpers/stores';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const express4 = require('express4') as typeof express5;
@@ -88,21 +89,23 @@ const open = new Set<App>();
 export const START = 1_800_000_000_000 - (1_800_000_000_000 % 3_600_000) + 60_000;
 
 /**
- * The two stores a test file runs its scenarios on, `[name, make]`: a RedisStore over a client
- * the file opens before its tests and quits after them, and a MemoryStore. Also closes every
- * app a test started. Call once, at the top level of a test file.
+ * The stores a test file runs its scenarios on, `[name, make]`: a RedisStore over a client
+ * the file opens before its tests and quits after them, and a MemoryStore; of these, the ones
+ * the running jest project runs (the MemoryStore in `unit`, the RedisStore in `redis`: see
+ * test/helpers/stores.ts). Also closes every app a test started. Call once, at the top level
+ * of a test file.
  */
 export function storesOfTestFile(): [string, () => Store][] {
   let client: Redis;
-  beforeAll(() => {
+  onRedis.beforeAll(() => {
     client = redisClient();
   });
   afterEach(() => closeApps());
-  afterAll(() => client.quit());
-  return [
+  onRedis.afterAll(() => client.quit());
+  return selectStores<[string, () => Store]>([
     ['RedisStore', () => new RedisStore({ client })],
     ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-  ];
+  ]);
 }
 
 /** Closes every app started since the last call; for afterEach. */

@@ -13,24 +13,25 @@ import type { AlgorithmName } from '../../src/algorithms/types';
 import { rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
 
 const MINUTE = 60_000;
 const START = 1_800_000_000_000 - (1_800_000_000_000 % MINUTE) + 30_000; // half-way through a minute
 
 let client: Redis;
 const fastifyApps: FastifyInstance[] = [];
-beforeAll(() => {
+onRedis.beforeAll(() => {
   client = redisClient();
 });
 afterAll(async () => {
   await Promise.all(fastifyApps.map((app) => app.close()));
-  await client.quit();
+  await client?.quit();
 });
 
-const stores: [string, () => Store][] = [
+const stores = selectStores<[string, () => Store]>([
   ['RedisStore', () => new RedisStore({ client })],
   ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-];
+]);
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
 /** Retry-After (s) after 3 requests at START and a 4th at START + 1 s, limit 3 per minute, per algorithm. */
@@ -157,7 +158,7 @@ describe.each(stores)('on %s', (_storeName, makeStore) => {
   });
 });
 
-describe('the decision on the request', () => {
+withoutRedis.describe('the decision on the request', () => {
   test('Express: req.rateLimit holds the decision, as with express-rate-limit', async () => {
     const seen: (number | undefined)[] = [];
     const app = express();

@@ -14,6 +14,7 @@ import { RedisStore, rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
 import { ANONYMOUS, byApiKey, byIp, byUser, normalizeIp, type RequestLike, resolveIdentify } from '../../src/http/identify';
 import { redisClient, uniquePrefix } from '../helpers/redis';
+import { captureWarnings } from '../helpers/warnings';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const express4 = require('express4') as typeof express5;
@@ -169,6 +170,7 @@ describe('byUser, byApiKey, lists (unit)', () => {
 describe('identifiers over HTTP', () => {
   let client: Redis;
   const servers: { close(): unknown }[] = [];
+  const warnings = captureWarnings();
   beforeAll(() => {
     client = redisClient();
   });
@@ -222,6 +224,8 @@ describe('identifiers over HTTP', () => {
       await request(app).get('/').expect(429);
       // supertest reaches the app over IPv4 loopback; a dual-stack listener reports ::ffff:127.0.0.1.
       expect(await keysOf(middleware.limiter.prefix)).toEqual([middleware.limiter.keyFor('ip:127.0.0.1')]);
+      // X-Forwarded-For from the socket's own peer: byIp() warns, once per process (untrusted-proxy.test.ts).
+      expect(warnings.codes()).toEqual(warnings.oncePerProcess('SWL_UNTRUSTED_FORWARDED'));
     });
 
     test('IPv6 clients rotating inside one /56 share a quota; another /56 has its own', async () => {

@@ -12,6 +12,7 @@ import http from 'node:http';
 import type { Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, uniquePrefix } from '../helpers/redis';
+import { onRedis } from '../helpers/stores';
 import {
   type App,
   counted,
@@ -299,7 +300,7 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
   });
 });
 
-describe.each(FRAMEWORK_ROWS)('on RedisStore, every algorithm, %s', (_frameworkName, framework) => {
+onRedis.describe.each(FRAMEWORK_ROWS)('on RedisStore, every algorithm, %s', (_frameworkName, framework) => {
   let redisRefunds: () => number;
   test.each(['sliding-window', 'fixed-window', 'sliding-log'] as AlgorithmName[])(
     '%s: skipSuccessfulRequests refunds the success, failures count to the limit',

@@ -5,9 +5,9 @@
  */
 import { createClient, createSentinel, RESP_TYPES } from 'redis';
 import { createLimiter, RedisStore, StoreUnavailableError } from '../../../src';
-import { uniquePrefix } from '../../helpers/redis';
+import { redisUrl, uniquePrefix } from '../../helpers/redis';
 
-const url = () => process.env.REDIS_URL!;
+const url = redisUrl;
 
 test('RESP3 clients, and clients that map numbers to strings, decide as RESP2 ones do', async () => {
   const resp2 = createClient({ url: url() });
