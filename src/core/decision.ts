@@ -6,6 +6,7 @@ import type { Decision, TierDecision } from './types';
 
 /** What a check asked, which its reply does not repeat. */
 export interface CheckAsked {
+  readonly identifier: string;
   readonly tiers: readonly Tier[];
   readonly cost: number;
   /** A peek: nothing was to be counted. */
@@ -24,7 +25,7 @@ export function blockedMsOf(raw: RawReply): number {
  * wait and reset, and the binding tier, the one that keeps the client waiting longest, then the
  * one with least left. While the identifier is blocked, no tier has quota before the block ends.
  */
-export function decodeDecision(raw: RawReply, { tiers, cost, dryRun, shadow }: CheckAsked): Decision {
+export function decodeDecision(raw: RawReply, { identifier, tiers, cost, dryRun, shadow }: CheckAsked): Decision {
   const allowed = raw[REPLY.allowed] === 1;
   const now = Number(raw[REPLY.now]);
   const blockedMs = blockedMsOf(raw);
@@ -52,6 +53,7 @@ export function decodeDecision(raw: RawReply, { tiers, cost, dryRun, shadow }: C
   const top = tierDecisions[binding];
   return {
     allowed,
+    identifier,
     limit: top.limit,
     window: top.window,
     remaining: top.remaining,
@@ -67,5 +69,31 @@ export function decodeDecision(raw: RawReply, { tiers, cost, dryRun, shadow }: C
     blocked: blockedMs > 0,
     shadow,
     cached: false,
+  };
+}
+
+/**
+ * The denial of a request whose `cost` is above the smallest limit, built on a peek (cost 0)
+ * of the same identifier: it can never be allowed, so it waits `Infinity` in every tier it
+ * exceeds, and the binding tier is the first of those.
+ */
+export function neverAllowed(peek: Decision, cost: number): Decision {
+  const tiers = peek.tiers.map((tier) => (cost > tier.limit ? { ...tier, retryAfterMs: Infinity } : tier));
+  const binding = tiers.findIndex((tier) => tier.retryAfterMs === Infinity);
+  const top = tiers[binding];
+  return {
+    ...peek,
+    allowed: false,
+    limit: top.limit,
+    window: top.window,
+    remaining: top.remaining,
+    estimated: top.estimated,
+    ratio: top.estimated / top.limit,
+    resetAt: top.resetAt,
+    retryAfterMs: Infinity,
+    tier: binding,
+    tiers,
+    cost,
+    counted: false,
   };
 }

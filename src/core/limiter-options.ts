@@ -84,13 +84,17 @@ function resolvePrefix(prefix: unknown): string {
   return prefix;
 }
 
-/** Returns `cost` if it is an integer from 0 to `smallest`, else throws naming `cost`. */
-export function validateCost(cost: unknown, smallest: number): number {
-  if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 0 || cost > smallest) {
-    throw new OptionError(
-      'SWL_INVALID_COST',
-      `cost: must be an integer from 0 to ${smallest} (the smallest limit), got ${describeValue(cost)}`,
-    );
+/**
+ * Returns `cost` if it is a non-negative integer (and, for a fixed `cost` option, at most
+ * `smallest`, the smallest limit), else throws naming `cost`. A cost computed per request or
+ * per call may exceed the limit: that request is refused, as the client's doing, not the app's.
+ */
+export function validateCost(cost: unknown, smallest = Infinity): number {
+  if (typeof cost !== 'number' || !Number.isSafeInteger(cost) || cost < 0) {
+    throw new OptionError('SWL_INVALID_COST', `cost: must be a non-negative integer, got ${describeValue(cost)}`);
+  }
+  if (cost > smallest) {
+    throw new OptionError('SWL_INVALID_COST', `cost: a fixed cost must be at most ${smallest} (the smallest limit), got ${cost}`);
   }
   return cost;
 }

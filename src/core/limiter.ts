@@ -7,7 +7,7 @@ import type { CallbackStore, Store } from '../stores/types';
 import { resolveTiers, smallestLimit, type Tier } from '../tiers';
 import { checkOptions, describeValue, keysOf } from '../validate';
 import { Deadlines } from './deadlines';
-import { blockedMsOf, decodeDecision } from './decision';
+import { blockedMsOf, decodeDecision, neverAllowed } from './decision';
 import { DenyCache } from './deny-cache';
 import { storeKey } from './keys';
 import { DEFAULT_COST, LIMITER_OPTIONS, type ResolvedLimiterOptions, resolveLimiterOptions, validateCost } from './limiter-options';
@@ -97,11 +97,19 @@ class RateLimiter implements LimiterCore {
       done(error);
       return undefined;
     }
-    return this.checkKey(
-      key,
-      { now: this.clock?.(), cost, dryRun: false, blockFor: this.blockFor, countedAt: 0, tiers: tiers ?? this.tiers },
-      done,
-    );
+    const call: ScriptCall = {
+      now: this.clock?.(),
+      cost,
+      dryRun: false,
+      blockFor: this.blockFor,
+      countedAt: 0,
+      tiers: tiers ?? this.tiers,
+    };
+    if (cost > (tiers === undefined ? this.smallestLimit : smallestLimit(tiers))) {
+      this.refuseOversized(identifier, key, call, done);
+      return undefined;
+    }
+    return this.checkKey(identifier, key, call, done);
   }
 
   refund(identifier: string, decision: Decision): Promise<void> {
@@ -150,22 +158,36 @@ class RateLimiter implements LimiterCore {
         if (options.limit !== undefined || options.window !== undefined || options.limits !== undefined) {
           tiers = callTiers(options, this.tiers);
         }
-        if (options.cost !== undefined) {
-          cost = validateCost(options.cost, tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers));
-        }
+        if (options.cost !== undefined) cost = validateCost(options.cost);
       }
     } catch (error) {
       return Promise.reject(error);
     }
     const call: ScriptCall = { now: this.clock?.(), cost, dryRun, blockFor: this.blockFor, countedAt: 0, tiers };
     return new Promise((resolve, reject) => {
-      const cached = this.checkKey(key, call, settling(resolve, reject));
-      if (cached !== undefined) resolve(cached);
+      const done = settling(resolve, reject);
+      if (cost > (tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers))) this.refuseOversized(identifier, key, call, done);
+      else {
+        const cached = this.checkKey(identifier, key, call, done);
+        if (cached !== undefined) resolve(cached);
+      }
     });
   }
 
+  /**
+   * A cost above the smallest limit can never be allowed: it is refused without counting (and
+   * without starting a block), with the identifier's counts as a peek sees them.
+   */
+  private refuseOversized(identifier: string, key: string, call: ScriptCall, done: Done<Decision>): void {
+    const peek: ScriptCall = { ...call, cost: 0, dryRun: true };
+    const cached = this.checkKey(identifier, key, peek, (error, decision) =>
+      decision === undefined ? done(error) : done(undefined, neverAllowed(decision, call.cost)),
+    );
+    if (cached !== undefined) done(undefined, neverAllowed(cached, call.cost));
+  }
+
   /** The deny cache's answer if it holds one; else undefined, and `done` gets the store's. */
-  private checkKey(key: string, call: ScriptCall, done: Done<Decision>): Decision | undefined {
+  private checkKey(identifier: string, key: string, call: ScriptCall, done: Done<Decision>): Decision | undefined {
     if (this.denyCache !== undefined) {
       const denied = this.denyCache.get(key, call.cost, call.tiers, call.now ?? Date.now());
       if (denied !== undefined) return denied;
@@ -180,7 +202,7 @@ class RateLimiter implements LimiterCore {
       }
       let decision: Decision;
       try {
-        decision = this.decisionOf(key, raw, call);
+        decision = this.decisionOf(identifier, key, raw, call);
       } catch (failure) {
         done(failure);
         return;
@@ -191,8 +213,8 @@ class RateLimiter implements LimiterCore {
   }
 
   /** Decodes a check's reply, and keeps the deny cache true to it. */
-  private decisionOf(key: string, raw: RawReply, call: ScriptCall): Decision {
-    const decision = decodeDecision(raw, { tiers: call.tiers, cost: call.cost, dryRun: call.dryRun, shadow: this.shadow });
+  private decisionOf(identifier: string, key: string, raw: RawReply, call: ScriptCall): Decision {
+    const decision = decodeDecision(raw, { identifier, tiers: call.tiers, cost: call.cost, dryRun: call.dryRun, shadow: this.shadow });
     if (this.denyCache !== undefined) {
       // With blockFor, only a blocked denial may be cached: another would answer the next check
       // without the script that starts (or, once a block has ended, renews) the block.

@@ -94,7 +94,13 @@ export interface TierDecision {
 
 /** The outcome of a check. The top-level figures are those of the binding (most restrictive) tier. */
 export interface Decision {
+  /** Whether the request was allowed (and, unless it was a peek or cost 0, counted). */
   readonly allowed: boolean;
+  /**
+   * The identifier the request counted against (or would have): what `limiter.reset()` and
+   * `limiter.refund()` take for it, e.g. `'ip:203.0.113.7'`.
+   */
+  readonly identifier: string;
   readonly limit: number;
   /** Window length of the binding tier, in milliseconds. */
   readonly window: number;
@@ -110,7 +116,11 @@ export interface Decision {
    * `now + retryAfterMs` on a denial; `now` when nothing is counted.
    */
   readonly resetAt: number;
-  /** Milliseconds until this request would be allowed; `0` when allowed. Exact. */
+  /**
+   * Milliseconds until this request would be allowed; `0` when allowed. Exact. `Infinity` when
+   * its cost is above the smallest limit: such a request can never be allowed (the HTTP adapters
+   * then send no `Retry-After`).
+   */
   readonly retryAfterMs: number;
   /** Index into `tiers` of the binding tier: the one that keeps the client waiting longest, then the one with least left. */
   readonly tier: number;

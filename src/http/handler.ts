@@ -8,10 +8,10 @@ import { isPromiseLike, whenSettled } from '../async';
 import { type LimiterCore, limiterFromResolved } from '../core/limiter';
 import { resolveLimiterOptions, validateCost } from '../core/limiter-options';
 import type { Decision } from '../core/types';
-import { smallestLimit, type Tier } from '../tiers';
+import type { Tier } from '../tiers';
 import { secondsUntil } from './headers';
 import { defaultDenialJson, type HttpOptions, limiterOptionsOf, type ResolvedHttpOptions, resolveHttpOptions } from './http-options';
-import { warnOnSharedPrefix } from './misconfiguration';
+import { type CountedBy, warnIfCountedTwice, warnOnSharedPrefix, warnStoreFailing } from './misconfiguration';
 
 /** Continues the framework's chain: with an error, into its error handling. */
 export type Proceed = (error?: Error) => void;
@@ -19,8 +19,8 @@ export type Proceed = (error?: Error) => void;
 /** A denied request's answer, ready to send. */
 export interface DenialResponse {
   readonly statusCode: number;
-  /** Whole seconds, rounded up, as sent in `Retry-After`. */
-  readonly retryAfter: number;
+  /** Whole seconds, rounded up, as sent in `Retry-After`; undefined (and no `Retry-After`) for a cost that can never fit. */
+  readonly retryAfter: number | undefined;
   /** Text, an object for the framework to send as JSON, or JSON text already (see `bodyIsJson`). */
   readonly body: string | object;
   /** `true` for the default body: `body` is JSON text, sent as `application/json` without serializing it again. */
@@ -49,6 +49,20 @@ interface Check {
   readonly cost: number;
   /** This request's own tiers, when limits depend on the request. */
   readonly tiers: readonly Tier[] | undefined;
+}
+
+/** The request property holding its {@link CountedBy} list (declared by the Fastify plugin as a request decorator). */
+export const COUNTED: unique symbol = Symbol('ratewarden.counted');
+
+type RequestRecord = { [COUNTED]?: CountedBy };
+
+/** Forgets what every limiter that counted `request` counted for it (see `HttpLimiter.resetRequest`). */
+export function resetEveryCount(request: object): Promise<void> {
+  const resets: Promise<void>[] = [];
+  for (let counted = (request as RequestRecord)[COUNTED]; counted !== undefined; counted = counted.next) {
+    resets.push(counted.limiter.reset(counted.identifier));
+  }
+  return Promise.all(resets).then(() => undefined);
 }
 
 /** A limiter with every HTTP option resolved once, at construction, and the adapter's port. */
@@ -129,8 +143,8 @@ export class HttpLimiter<Req, Res> {
     if (costOf === undefined && tiersOf === undefined) return { identifier, cost: fixedCost, tiers: undefined };
     return whenSettled(costOf === undefined ? fixedCost : costOf(request), (cost) =>
       tiersOf === undefined
-        ? { identifier, cost: validateCost(cost, this.limiter.smallestLimit), tiers: undefined }
-        : whenSettled(tiersOf(request), (tiers) => ({ identifier, cost: validateCost(cost, smallestLimit(tiers)), tiers })),
+        ? { identifier, cost: validateCost(cost), tiers: undefined }
+        : whenSettled(tiersOf(request), (tiers) => ({ identifier, cost: validateCost(cost), tiers })),
     );
   }
 
@@ -156,16 +170,23 @@ export class HttpLimiter<Req, Res> {
     if (onNearLimit !== undefined && decision.ratio >= nearLimitBand[0] && decision.ratio <= nearLimitBand[1]) {
       onNearLimit(decision, request);
     }
+    if (decision.counted) {
+      const record = request as RequestRecord;
+      const counted: CountedBy = { limiter: this.limiter, identifier, next: record[COUNTED] };
+      if (counted.next !== undefined) warnIfCountedTwice(counted);
+      record[COUNTED] = counted;
+    }
     // In shadow mode a would-be denial is reported (onDecision, request.rateLimit), never enforced.
     if (decision.allowed || decision.shadow) {
       if (refundWhen !== undefined && decision.counted) {
-        this.port.whenDone(response, (finished) => this.settle(refundWhen, identifier, decision, request, response, finished));
+        this.port.whenDone(response, (finished) => this.afterResponse(refundWhen, identifier, decision, request, response, finished));
       }
       this.sendHeaders(decision, request, response);
       proceed();
       return;
     }
-    const retryAfter = secondsUntil(decision.now + decision.retryAfterMs, decision.now);
+    // A cost that can never fit waits forever: no Retry-After would make it pass.
+    const retryAfter = decision.retryAfterMs === Infinity ? undefined : secondsUntil(decision.now + decision.retryAfterMs, decision.now);
     const { message } = this.options;
     const body = typeof message === 'function' ? message(request, decision) : message;
     if (isPromiseLike(body)) {
@@ -178,7 +199,7 @@ export class HttpLimiter<Req, Res> {
 
   private deny(
     decision: Decision,
-    retryAfter: number,
+    retryAfter: number | undefined,
     body: string | object | undefined,
     request: Req,
     response: Res,
@@ -192,7 +213,7 @@ export class HttpLimiter<Req, Res> {
       decision,
     };
     this.sendHeaders(decision, request, response);
-    this.port.setHeader(response, 'Retry-After', String(retryAfter));
+    if (retryAfter !== undefined) this.port.setHeader(response, 'Retry-After', String(retryAfter));
     this.port.deny(request, response, denial, proceed);
   }
 
@@ -201,8 +222,20 @@ export class HttpLimiter<Req, Res> {
     this.options.writeHeaders?.(decision, response, this.port.setHeader);
   }
 
+  /**
+   * Forgets what this limiter counted for `request` (its identifier's whole count, as
+   * `limiter.reset()` does), e.g. after a successful login; nothing when it counted nothing.
+   */
+  resetRequest(request: Req): Promise<void> {
+    const resets: Promise<void>[] = [];
+    for (let counted = (request as RequestRecord)[COUNTED]; counted !== undefined; counted = counted.next) {
+      if (counted.limiter === this.limiter) resets.push(this.limiter.reset(counted.identifier));
+    }
+    return Promise.all(resets).then(() => undefined);
+  }
+
   /** After the response: gives the count back when the request should not have counted. */
-  private settle(
+  private afterResponse(
     refundWhen: NonNullable<ResolvedHttpOptions<Req, Res>['refundWhen']>,
     identifier: string,
     decision: Decision,
@@ -219,7 +252,7 @@ export class HttpLimiter<Req, Res> {
     }
     Promise.resolve(whenSettled(refund, (yes) => (yes ? this.limiter.refund(identifier, decision) : undefined))).then(
       undefined,
-      (error: unknown) => this.report(error, request),
+      (error: unknown) => this.storeFailed(error, request),
     );
   }
 
@@ -229,9 +262,15 @@ export class HttpLimiter<Req, Res> {
   }
 
   private fail(error: unknown, request: Req, response: Res, proceed: Proceed): void {
-    this.report(error, request);
+    this.storeFailed(error, request);
     if (this.options.failClosed) this.port.unavailable(response);
     else proceed();
+  }
+
+  /** A store failure goes to `onError`; with none, it must not pass in silence. */
+  private storeFailed(error: unknown, request: Req): void {
+    if (this.options.onError === undefined) warnStoreFailing(error, this.options.failClosed);
+    else this.report(error, request);
   }
 
   /** Hands `error` to `onError`; a failing error hook must not turn a degraded store into a crashed request. */

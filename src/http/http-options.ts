@@ -89,12 +89,13 @@ export const FIRST_FAILED_STATUS = 400;
 export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
 /**
- * The default body of a denied request, `{ "error": "Too Many Requests", "retryAfter": <seconds> }`,
+ * The default body of a denied request, `{ "error": "Too Many Requests", "retryAfter": <seconds> }`
+ * (`null` seconds for a cost that can never fit),
  * as ready JSON text: a flood of denials then skips the framework's serializer (measured by
  * `npm run bench`, scenario (c)).
  */
-export function defaultDenialJson(retryAfter: number): string {
-  return `{"error":"Too Many Requests","retryAfter":${retryAfter}}`;
+export function defaultDenialJson(retryAfter: number | undefined): string {
+  return `{"error":"Too Many Requests","retryAfter":${retryAfter ?? null}}`;
 }
 
 /** Body of the 503 answered with `failMode: 'closed'` while the store is failing. */
@@ -166,7 +167,7 @@ export function resolveHttpOptions<Req, Res>(
   const tiersOf = requestTiers(options);
   const smallest = smallestLimit(tiers);
   const cost = options.cost;
-  // With request-dependent tiers, a fixed cost is checked against each request's tiers instead.
+  // With request-dependent tiers, a fixed cost above a request's smallest limit refuses that request.
   const fixedCost = typeof cost === 'function' || cost === undefined ? DEFAULT_COST : validateCost(cost, tiersOf ? Infinity : smallest);
   const skip = optionalFunction(options.skip, 'skip');
   const refundWhen = resolveRefund(options, statusOf);

@@ -31,7 +31,7 @@ export interface RedisStoreOptions {
    *   `createCluster()`, connected (`await client.connect()`); create it with
    *   `disableOfflineQueue: true` (a cluster: `defaults: { disableOfflineQueue: true }`).
    *
-   * See the README, "Redis outages".
+   * See docs/redis.md.
    */
   client: RedisStoreClient;
 }
@@ -54,6 +54,12 @@ export class RedisStore implements CallbackStore {
   private readonly checkArgv = new RepeatedCheckArgv();
 
   constructor(options: RedisStoreOptions) {
+    if (isIoredisClient(options) || isNodeRedisClient(options) || isNodeRedisCluster(options)) {
+      throw new OptionError(
+        'SWL_INVALID_OPTIONS',
+        'options: RedisStore takes an options object: pass { client }, as in new RedisStore({ client })',
+      );
+    }
     checkOptions(options, OPTIONS, 'RedisStore');
     const { client } = options;
     this.client = client;
