@@ -1,7 +1,7 @@
 /**
  * The Lua every script shares, put together: the protocol's argument decoding and reply
  * building (`protocol.ts`), the shared helpers (`shared.ts`) and the block marker (`block.ts`);
- * and the builders that wrap an algorithm's Lua into its check, batch and refund scripts.
+ * and the builders that wrap an algorithm's Lua into its check, batch and settle scripts.
  */
 import { LUA_ARGS, LUA_BATCH, LUA_PROTOCOL } from '../protocol';
 import { LUA_BLOCK } from './block';
@@ -26,8 +26,8 @@ end
   return { lua: `${check}return check(KEYS[1], ARGV)\n`, batchLua: `${check}${LUA_BATCH}` };
 }
 
-/** A refund script: the prelude, the algorithm's `helpers`, and a `body` reading `key` and the locals of `LUA_ARGS`. */
-export function refundLua(helpers: string, body: string): string {
+/** A settle script: the prelude, the algorithm's `helpers`, and a `body` reading `key` and the locals of `LUA_ARGS`. */
+export function settleLua(helpers: string, body: string): string {
   return `${LUA_PRELUDE}${helpers}
 local argv, key = ARGV, KEYS[1]
 ${LUA_ARGS}

@@ -18,8 +18,10 @@ export interface ScriptArgs {
   readonly dryRun: boolean;
   /** Milliseconds an identifier stays refused once a check denies it; 0 for no block. */
   readonly blockFor: number;
-  /** When the units a refund gives back were counted (epoch ms); 0 for a check. */
+  /** When the check being settled counted its `cost` (epoch ms); 0 for a check. */
   readonly countedAt: number;
+  /** What the check being settled turned out to cost; 0 for a check. */
+  readonly actualCost: number;
   readonly tiers: readonly Tier[];
 }
 
@@ -55,5 +57,10 @@ export interface CheckScript<State = unknown> extends Script<State> {
 export interface AlgorithmScripts<State = unknown> {
   readonly algorithm: AlgorithmName;
   readonly check: CheckScript<State>;
-  readonly refund: Script<State>;
+  /**
+   * Settles a check that counted `cost` at `countedAt` to `actualCost`: gives back the difference
+   * from the windows it was counted in when lower (a refund settles to 0), charges it now, past the
+   * limit if need be, when higher.
+   */
+  readonly settle: Script<State>;
 }

@@ -57,7 +57,7 @@ export interface ResolvedLimiterOptions {
 export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterOptions {
   const tiers = Object.freeze(resolveTiers(options));
   const store = options.store ?? new MemoryStore();
-  if (typeof store.check !== 'function' || typeof store.refund !== 'function' || typeof store.reset !== 'function') {
+  if (typeof store.check !== 'function' || typeof store.settle !== 'function' || typeof store.reset !== 'function') {
     throw new OptionError('SWL_INVALID_STORE', 'store: must be a RedisStore, a MemoryStore or another Store implementation');
   }
   return {
@@ -89,9 +89,9 @@ function resolvePrefix(prefix: unknown): string {
  * `smallest`, the smallest limit), else throws naming `cost`. A cost computed per request or
  * per call may exceed the limit: that request is refused, as the client's doing, not the app's.
  */
-export function validateCost(cost: unknown, smallest = Infinity): number {
+export function validateCost(cost: unknown, smallest = Infinity, option = 'cost'): number {
   if (typeof cost !== 'number' || !Number.isSafeInteger(cost) || cost < 0) {
-    throw new OptionError('SWL_INVALID_COST', `cost: must be a non-negative integer, got ${describeValue(cost)}`);
+    throw new OptionError('SWL_INVALID_COST', `${option}: must be a non-negative integer, got ${describeValue(cost)}`);
   }
   if (cost > smallest) {
     throw new OptionError('SWL_INVALID_COST', `cost: a fixed cost must be at most ${smallest} (the smallest limit), got ${cost}`);

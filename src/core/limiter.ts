@@ -103,6 +103,7 @@ class RateLimiter implements LimiterCore {
       dryRun: false,
       blockFor: this.blockFor,
       countedAt: 0,
+      actualCost: 0,
       tiers: tiers ?? this.tiers,
     };
     if (cost > (tiers === undefined ? this.smallestLimit : smallestLimit(tiers))) {
@@ -113,25 +114,33 @@ class RateLimiter implements LimiterCore {
   }
 
   refund(identifier: string, decision: Decision): Promise<void> {
+    return this.settle(identifier, decision, 0);
+  }
+
+  settle(identifier: string, decision: Decision, actualCost: number): Promise<void> {
     let key: string;
     try {
       key = this.keyFor(identifier);
       checkDecision(decision);
+      validateCost(actualCost, Infinity, 'actualCost');
     } catch (error) {
       return Promise.reject(error);
     }
-    if (!decision.counted) return Promise.resolve();
+    // What the check counted: its cost if it counted (allowed, not a peek), else nothing.
+    const counted = decision.counted ? decision.cost : 0;
+    if (actualCost === counted) return Promise.resolve();
     this.denyCache?.delete(key);
     const call: ScriptCall = {
       now: this.clock?.(),
-      cost: decision.cost,
+      cost: counted,
       dryRun: false,
       blockFor: 0,
       countedAt: decision.now,
+      actualCost,
       tiers: decision.tiers,
     };
-    return this.bounded(this.store.refund(this.scripts, key, call)).then(() => {
-      // A check in flight may have cached a denial the refund has since made untrue.
+    return this.bounded(this.store.settle(this.scripts, key, call)).then(() => {
+      // A check in flight may have cached a denial the settlement has since made untrue.
       this.denyCache?.delete(key);
     });
   }
@@ -163,7 +172,7 @@ class RateLimiter implements LimiterCore {
     } catch (error) {
       return Promise.reject(error);
     }
-    const call: ScriptCall = { now: this.clock?.(), cost, dryRun, blockFor: this.blockFor, countedAt: 0, tiers };
+    const call: ScriptCall = { now: this.clock?.(), cost, dryRun, blockFor: this.blockFor, countedAt: 0, actualCost: 0, tiers };
     return new Promise((resolve, reject) => {
       const done = settling(resolve, reject);
       if (cost > (tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers))) this.refuseOversized(identifier, key, call, done);

@@ -130,7 +130,7 @@ export interface Decision {
   readonly now: number;
   /** The cost that was checked. */
   readonly cost: number;
-  /** True when this check counted its cost (allowed, a cost above 0, not a peek): what {@link Limiter.refund} takes back. */
+  /** True when this check counted its cost (allowed, a cost above 0, not a peek): what {@link Limiter.refund} takes back and {@link Limiter.settle} settles from. */
   readonly counted: boolean;
   /**
    * True while the identifier is blocked (`blockFor`), including on the denial that started the
@@ -156,6 +156,17 @@ export interface Limiter {
    * `skipFailedRequests`). A decision that counted nothing is ignored.
    */
   refund(identifier: string, decision: Decision): Promise<void>;
+  /**
+   * Settles `decision` (a check of `identifier`) to what the request turned out to cost, once its
+   * cost is known (tokens used, rows exported): when `actualCost` is lower than what the check
+   * counted, the difference is given back to the windows it was counted in (as `refund` does,
+   * which is `settle(identifier, decision, 0)`); when higher, the difference is charged now, past
+   * the limit if need be, so the identifier's next requests wait exactly until that debt has
+   * decayed. A check that counted nothing (a denial, a peek, cost 0) is settled from zero: the whole
+   * `actualCost` is charged. A charge never starts a block (`blockFor`); the next denial does.
+   * Settle each decision once.
+   */
+  settle(identifier: string, decision: Decision, actualCost: number): Promise<void>;
   /** Forgets everything counted for `identifier`. */
   reset(identifier: string): Promise<void>;
   /** The store key used for `identifier`. */

@@ -4,7 +4,7 @@
  * `skipSuccessfulRequests` / `skipFailedRequests`, the refund once the response is done.
  * An adapter supplies an {@link HttpPort}, the few framework calls this path needs.
  */
-import { isPromiseLike, whenSettled } from '../async';
+import { type Awaitable, isPromiseLike, whenSettled, whenSettledOrFailed } from '../async';
 import { type LimiterCore, limiterFromResolved } from '../core/limiter';
 import { resolveLimiterOptions, validateCost } from '../core/limiter-options';
 import type { Decision } from '../core/types';
@@ -165,7 +165,7 @@ export class HttpLimiter<Req, Res> {
   }
 
   private respond(decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
-    const { onDecision, onNearLimit, nearLimitBand, refundWhen } = this.options;
+    const { onDecision, onNearLimit, nearLimitBand, settleAfter } = this.options;
     onDecision?.(decision, request);
     if (onNearLimit !== undefined && decision.ratio >= nearLimitBand[0] && decision.ratio <= nearLimitBand[1]) {
       onNearLimit(decision, request);
@@ -178,8 +178,8 @@ export class HttpLimiter<Req, Res> {
     }
     // In shadow mode a would-be denial is reported (onDecision, request.rateLimit), never enforced.
     if (decision.allowed || decision.shadow) {
-      if (refundWhen !== undefined && decision.counted) {
-        this.port.whenDone(response, (finished) => this.afterResponse(refundWhen, identifier, decision, request, response, finished));
+      if (settleAfter !== undefined && (decision.counted || this.options.chargesAfter)) {
+        this.port.whenDone(response, (finished) => this.afterResponse(settleAfter, identifier, decision, request, response, finished));
       }
       this.sendHeaders(decision, request, response);
       proceed();
@@ -234,25 +234,36 @@ export class HttpLimiter<Req, Res> {
     return Promise.all(resets).then(() => undefined);
   }
 
-  /** After the response: gives the count back when the request should not have counted. */
+  /** After the response: settles the request to what it cost (0 when it should not have counted). */
   private afterResponse(
-    refundWhen: NonNullable<ResolvedHttpOptions<Req, Res>['refundWhen']>,
+    settleAfter: NonNullable<ResolvedHttpOptions<Req, Res>['settleAfter']>,
     identifier: string,
     decision: Decision,
     request: Req,
     response: Res,
     finished: boolean,
   ): void {
-    let refund: boolean | PromiseLike<boolean>;
+    let actual: Awaitable<number | undefined>;
     try {
-      refund = refundWhen(request, response, finished);
+      actual = settleAfter(request, response, finished);
     } catch (error) {
       this.report(error, request);
       return;
     }
-    Promise.resolve(whenSettled(refund, (yes) => (yes ? this.limiter.refund(identifier, decision) : undefined))).then(
-      undefined,
-      (error: unknown) => this.storeFailed(error, request),
+    whenSettledOrFailed(
+      actual,
+      (cost) => {
+        if (cost === undefined) return;
+        let actualCost: number;
+        try {
+          actualCost = validateCost(cost, Infinity, 'costAfter');
+        } catch (error) {
+          this.report(error, request);
+          return;
+        }
+        this.limiter.settle(identifier, decision, actualCost).then(undefined, (error: unknown) => this.storeFailed(error, request));
+      },
+      (error) => this.report(error, request),
     );
   }
 

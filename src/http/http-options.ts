@@ -47,6 +47,18 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
   skipFailedRequests?: boolean;
   /** Whether a finished request succeeded, for the two options above. Default: its status is below 400. */
   requestWasSuccessful?: (request: Req, response: Res) => Awaitable<boolean>;
+  /**
+   * What a request actually cost, known once its response is over (tokens used, rows exported,
+   * bytes streamed). The request is checked on arrival with `cost` (then an estimate or a
+   * reservation, possibly `0`), and settled to this: a lower cost gives the difference back to the
+   * window it was counted in, a higher one charges the difference now, past the limit if need be,
+   * so the identifier's next requests wait exactly until that debt has decayed (a response already
+   * sent never becomes a denial). Called when the response is over, `finished` false when the
+   * client went away first: the work may have been done all the same, so its cost is still yours to
+   * say. A request `skipSuccessfulRequests` / `skipFailedRequests` gives back is settled to 0 instead.
+   * A non-negative integer; anything else goes to `onError` and the request keeps what it counted.
+   */
+  costAfter?: (request: Req, response: Res, finished: boolean) => Awaitable<number>;
   /** Which rate-limit headers to send: `'legacy'` (default), `'draft-6'`, `'draft-7'`, `'ietf'`, several, a custom function, or `false`. */
   headers?: HeadersOption;
   /** For the legacy `X-RateLimit-Reset`: `'epoch'` seconds (default) or `'delta'` seconds from now. */
@@ -110,6 +122,7 @@ export const HTTP_OPTION_KEYS: KnownKeys<HttpOptions<unknown, unknown>> = {
   skipSuccessfulRequests: true,
   skipFailedRequests: true,
   requestWasSuccessful: true,
+  costAfter: true,
   headers: true,
   resetFormat: true,
   statusCode: true,
@@ -131,8 +144,14 @@ export interface ResolvedHttpOptions<Req, Res> {
   /** The tiers of one request, when `limit`, `window` or `limits` is a function; validated. */
   readonly tiersOf: ((request: Req) => Awaitable<readonly Tier[]>) | undefined;
   readonly skip: ((request: Req) => Awaitable<boolean>) | undefined;
-  /** Whether a finished request's count is given back, when `skipSuccessfulRequests` or `skipFailedRequests` is set. */
-  readonly refundWhen: ((request: Req, response: Res, finished: boolean) => Awaitable<boolean>) | undefined;
+  /**
+   * What a request that went on cost, once its response is over: 0 when `skipSuccessfulRequests` /
+   * `skipFailedRequests` gives it back, `costAfter`'s answer, or undefined to keep what it counted.
+   * Undefined when none of those options is set.
+   */
+  readonly settleAfter: ((request: Req, response: Res, finished: boolean) => Awaitable<number | undefined>) | undefined;
+  /** Whether `costAfter` is set: then every request that went on is settled, counted or not. */
+  readonly chargesAfter: boolean;
   readonly writeHeaders: HeaderWriter | undefined;
   readonly statusCode: number;
   readonly message: HttpOptions<Req, Res>['message'];
@@ -171,6 +190,7 @@ export function resolveHttpOptions<Req, Res>(
   const fixedCost = typeof cost === 'function' || cost === undefined ? DEFAULT_COST : validateCost(cost, tiersOf ? Infinity : smallest);
   const skip = optionalFunction(options.skip, 'skip');
   const refundWhen = resolveRefund(options, statusOf);
+  const costAfter = optionalFunction(options.costAfter, 'costAfter');
   // A shadow limiter must not change what clients see: no headers unless asked for.
   const writeHeaders =
     shadow && options.headers === undefined
@@ -195,7 +215,8 @@ export function resolveHttpOptions<Req, Res>(
     costOf: typeof cost === 'function' ? cost : undefined,
     tiersOf,
     skip,
-    refundWhen,
+    settleAfter: settleAfterOf(refundWhen, costAfter),
+    chargesAfter: costAfter !== undefined,
     writeHeaders,
     statusCode,
     message: options.message,
@@ -246,6 +267,18 @@ function answered<T>(answer: T | undefined, option: string): T {
     throw new OptionError('SWL_INVALID_LIMIT', `${option}: the function of the request answered ${describeValue(answer)}`);
   }
   return answer;
+}
+
+/** What a finished request cost: 0 when it is given back, else `costAfter`'s answer, if any. */
+function settleAfterOf<Req, Res>(
+  refundWhen: ((request: Req, response: Res, finished: boolean) => Awaitable<boolean>) | undefined,
+  costAfter: HttpOptions<Req, Res>['costAfter'],
+): ResolvedHttpOptions<Req, Res>['settleAfter'] {
+  if (refundWhen === undefined) return costAfter;
+  if (costAfter === undefined)
+    return (request, response, finished) => whenSettled(refundWhen(request, response, finished), (yes) => (yes ? 0 : undefined));
+  return (request, response, finished) =>
+    whenSettled(refundWhen(request, response, finished), (yes) => (yes ? 0 : costAfter(request, response, finished)));
 }
 
 function resolveRefund<Req, Res>(

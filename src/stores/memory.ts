@@ -90,8 +90,8 @@ export class MemoryStore implements Store {
     return this.run(scripts.check, key, call);
   }
 
-  refund(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
-    return this.run(scripts.refund, key, call);
+  settle(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
+    return this.run(scripts.settle, key, call);
   }
 
   private run(script: Script, key: string, call: ScriptCall): Promise<RawReply> {
@@ -105,7 +105,7 @@ export class MemoryStore implements Store {
     if (entry !== undefined && result.state === entry.state) {
       shard.set(key, entry); // unchanged, but now the most recently used
     } else if (result.state !== undefined) {
-      // A script that leaves the expiry alone (a refund, a trim) keeps the entry's; a block raises it.
+      // A script that leaves the expiry alone (giving back, a trim) keeps the entry's; a block or a charge raises it.
       let expiresAt = result.expiresAt ?? entry?.expiresAt ?? Infinity;
       if (result.minExpiresAt !== undefined && result.minExpiresAt > expiresAt) expiresAt = result.minExpiresAt;
       shard.set(key, { state: result.state, expiresAt });

@@ -13,8 +13,8 @@ import type { ScriptCall } from '../protocol';
 export interface Store {
   /** Counts `call.cost` for `key` if every tier allows it. */
   check(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply>;
-  /** Takes back `call.cost` that a check at `call.countedAt` counted with `call.tiers`. */
-  refund(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply>;
+  /** Settles a check that counted `call.cost` at `call.countedAt` with `call.tiers` to `call.actualCost`. */
+  settle(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply>;
   /** Forgets everything counted for `key`. */
   reset(key: string): Promise<void>;
   /** Whether the limiter must bound this store's calls with a timer. False for stores that answer synchronously. */

@@ -21,7 +21,7 @@ export interface RedisClientAdapter {
   runBatch?(script: CheckScript, keys: readonly string[], argv: readonly string[]): Promise<unknown>;
 }
 
-/** A script of this package is called on one key (a check or a refund), or on many (a batch of checks). */
+/** A script of this package is called on one key (a check or a settle), or on many (a batch of checks). */
 export type ScriptKind = 'single' | 'batch';
 
 /** The SHA-1 of each script body sent, and the kind of each script by its body and by its SHA-1. */

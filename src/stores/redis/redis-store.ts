@@ -88,8 +88,8 @@ export class RedisStore implements CallbackStore {
     else this.redis.run(scripts.check, key, argv).then((reply) => done(undefined, reply as RawReply), done);
   }
 
-  refund(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
-    return this.run(scripts.refund, key, scriptArgv(call));
+  settle(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
+    return this.run(scripts.settle, key, scriptArgv(call));
   }
 
   private run(script: Script, key: string, argv: (string | number)[]): Promise<RawReply> {
