@@ -20,7 +20,7 @@ import type {
 } from 'fastify';
 import fp from 'fastify-plugin';
 import { DEFAULT_PREFIX } from './core/limiter-options';
-import type { Decision, Limiter, LimiterOptions } from './core/types';
+import type { Decision, Limiter } from './core/types';
 import { OptionError, warn } from './errors';
 import { COUNTED, HttpLimiter, type HttpPort, resetEveryCount } from './http/handler';
 import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE } from './http/http-options';
@@ -85,7 +85,15 @@ export const DEFAULT_HOOK: RateLimitHook = 'onRequest';
  * key space. (`timeoutMs`, `denyCacheSize` and `clock` change how a check is run, not
  * what it counts, so a route may change them and keep sharing the plugin's counts.)
  */
-const COUNTING_OPTIONS: readonly (keyof LimiterOptions)[] = ['store', 'limit', 'window', 'limits', 'algorithm', 'prefix'];
+const COUNTING_OPTIONS: readonly (keyof RouteRateLimitOptions)[] = [
+  'store',
+  'limit',
+  'window',
+  'limits',
+  'algorithm',
+  'prefix',
+  'concurrency',
+];
 
 const fastifyPort: HttpPort<FastifyRequest, FastifyReply> = {
   setHeader(reply, name, value) {

@@ -24,10 +24,26 @@ export const ARGV_SLOT = {
   countedAt: 5,
   /** What a settled check turned out to cost (`0` to give it all back); `0` in a check. */
   actualCost: 6,
+  /** Most requests in progress per identifier, for a check that takes a lease; `0` for none. */
+  concurrency: 7,
+  /** How long a lease lives unless renewed (ms); `0` without a lease. */
+  leaseMs: 8,
+  /** The lease a check takes, or that a release or renewal names; `''` without a lease. */
+  leaseId: 9,
 } as const;
 
 /** The slot of the first tier's limit; each tier takes two slots, its limit and its window (ms). */
-export const FIRST_TIER_SLOT = 7;
+export const FIRST_TIER_SLOT = 10;
+
+/** The lease part of a call: a check that takes a slot, or the release or renewal of one. */
+export interface LeaseCall {
+  /** Most requests in progress for the identifier (a check); 0 for a release or renewal. */
+  readonly concurrency: number;
+  /** How long the lease lives from now unless renewed or released (ms). */
+  readonly leaseMs: number;
+  /** The lease's id, unique across processes. */
+  readonly id: string;
+}
 
 /** What one script call carries, before encoding. */
 export interface ScriptCall {
@@ -42,6 +58,8 @@ export interface ScriptCall {
   /** What the check being settled turned out to cost; 0 for a check. */
   readonly actualCost: number;
   readonly tiers: readonly Tier[];
+  /** The lease a check takes (with `concurrency`), or that a release or renewal names; none otherwise. */
+  readonly lease?: LeaseCall;
 }
 
 /** A call's ARGV, as {@link LUA_PROTOCOL}'s `readArgs` decodes it. */
@@ -53,6 +71,9 @@ export function scriptArgv(call: ScriptCall): (string | number)[] {
   argv[ARGV_SLOT.blockFor - 1] = call.blockFor;
   argv[ARGV_SLOT.countedAt - 1] = call.countedAt;
   argv[ARGV_SLOT.actualCost - 1] = call.actualCost;
+  argv[ARGV_SLOT.concurrency - 1] = call.lease?.concurrency ?? 0;
+  argv[ARGV_SLOT.leaseMs - 1] = call.lease?.leaseMs ?? 0;
+  argv[ARGV_SLOT.leaseId - 1] = call.lease?.id ?? '';
   for (let i = 0; i < call.tiers.length; i++) {
     argv[FIRST_TIER_SLOT - 1 + 2 * i] = call.tiers[i].limit;
     argv[FIRST_TIER_SLOT + 2 * i] = call.tiers[i].window;
@@ -80,6 +101,16 @@ export const REPLY = { allowed: 0, now: 1, blockedMs: 2, firstTier: 3 } as const
 export const TIER_REPLY = { numerator: 0, denominator: 1, waitMs: 2, resetMs: 3, size: 4 } as const;
 
 /**
+ * Offsets, after the tiers, of what a check that takes a lease adds to its reply: the requests in
+ * progress (this one included when it took its lease), and `1` when the concurrency bound refused
+ * it (then nothing was counted and no lease taken).
+ */
+export const LEASE_REPLY = { inProgress: 0, refused: 1, size: 2 } as const;
+
+/** Offset of a release's or renewal's one number: `1` when the lease was live and released or renewed, else `0`. */
+export const LEASE_CHANGE_REPLY = { changed: 0 } as const;
+
+/**
  * Offsets in a settle's reply: the units given back (summed over the tiers, or the log entries
  * removed) when the actual cost was lower, and the units charged (once, whatever the tiers) when higher.
  */
@@ -103,6 +134,20 @@ export function pushTier(reply: number[], numerator: number, denominator: number
   reply[at + TIER_REPLY.resetMs] = resetMs;
 }
 
+/** Appends what a check that takes a lease adds to its reply. */
+export function pushLease(reply: number[], inProgress: number, refused: 0 | 1): void {
+  const at = reply.length;
+  reply[at + LEASE_REPLY.inProgress] = inProgress;
+  reply[at + LEASE_REPLY.refused] = refused;
+}
+
+/** A release's or renewal's reply. */
+export function leaseChangeReply(changed: 0 | 1): number[] {
+  const reply = new Array<number>(1);
+  reply[LEASE_CHANGE_REPLY.changed] = changed;
+  return reply;
+}
+
 /** A settle's reply. */
 export function settleReply(givenBack: number, charged: number): number[] {
   const reply = new Array<number>(2);
@@ -122,8 +167,9 @@ function inOrder(fields: Readonly<Record<string, number>>, skip: string[] = []):
 
 /**
  * The Lua half of the protocol, part of every script: `readArgs(argv)` decodes one call's
- * arguments into the locals {@link LUA_ARGS} declares, `checkReply` and `pushTier` build a
- * check's reply, `settleReply` a settle's.
+ * arguments into the locals {@link LUA_ARGS} declares (`readLease` the lease slots), `checkReply`,
+ * `pushTier` and `pushLease` build a check's reply, `settleReply` a settle's, `leaseChangeReply` a
+ * release's or renewal's.
  *
  * Without an injected clock the script takes the time from Redis `TIME`, read once per script
  * run, so the checks of a batch are decided at one instant and app servers with skewed clocks
@@ -161,6 +207,19 @@ ${Object.entries(TIER_REPLY)
 end
 local function settleReply(${inOrder(SETTLE_REPLY)})
   return { ${inOrder(SETTLE_REPLY)} }
+end
+local function readLease(argv)
+  return tonumber(argv[${ARGV_SLOT.concurrency}]), tonumber(argv[${ARGV_SLOT.leaseMs}]), argv[${ARGV_SLOT.leaseId}]
+end
+local function pushLease(reply, ${inOrder(LEASE_REPLY, ['size'])})
+  local at = #reply
+${Object.entries(LEASE_REPLY)
+  .filter(([name]) => name !== 'size')
+  .map(([name, offset]) => `  reply[at + ${offset + 1}] = ${name}`)
+  .join('\n')}
+end
+local function leaseChangeReply(${inOrder(LEASE_CHANGE_REPLY)})
+  return { ${inOrder(LEASE_CHANGE_REPLY)} }
 end
 `;
 

@@ -1,5 +1,6 @@
 import { checkReply, pushTier, settleReply } from '../protocol';
 import { blockingCheck, blockingSettle, type Stored } from './block';
+import { checkWithLease } from './lease';
 import { checkLua, settleLua } from './prelude';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
@@ -168,6 +169,7 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
 
 export const fixedWindow: AlgorithmScripts<FixedWindowState> = {
   algorithm: 'fixed-window',
-  check: { ...CHECK, apply: blockingCheck(check) },
+  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, apply: blockingCheck(check) },
+  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
   settle: { lua: SETTLE, apply: blockingSettle(settle) },
 };

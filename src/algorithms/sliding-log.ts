@@ -1,6 +1,7 @@
 import { checkReply, pushTier, settleReply } from '../protocol';
 import { longestWindow } from '../tiers';
 import { blockingCheck, blockingSettle, type Stored } from './block';
+import { checkWithLease } from './lease';
 import { checkLua, settleLua } from './prelude';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
@@ -202,6 +203,7 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
 
 export const slidingLog: AlgorithmScripts<SlidingLogState> = {
   algorithm: 'sliding-log',
-  check: { ...CHECK, apply: blockingCheck(check) },
+  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, apply: blockingCheck(check) },
+  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
   settle: { lua: SETTLE, apply: blockingSettle(settle) },
 };

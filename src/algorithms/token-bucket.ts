@@ -1,5 +1,6 @@
 import { checkReply, pushTier, settleReply } from '../protocol';
 import { blockingCheck, blockingSettle, type Stored } from './block';
+import { checkWithLease } from './lease';
 import { checkLua, settleLua } from './prelude';
 import { remainingOf } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
@@ -274,6 +275,7 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
 
 export const tokenBucket: AlgorithmScripts<TokenBucketState> = {
   algorithm: 'token-bucket',
-  check: { ...CHECK, apply: blockingCheck(check) },
+  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, apply: blockingCheck(check) },
+  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
   settle: { lua: SETTLE, apply: blockingSettle(settle) },
 };

@@ -22,6 +22,8 @@ export const DEFAULT_PREFIX = 'rl';
 export const DEFAULT_TIMEOUT_MS = 500;
 export const DEFAULT_DENY_CACHE_SIZE = 10_000;
 export const DEFAULT_COST = 1;
+/** How long a lease (a request in progress under `concurrency`) lives unless renewed or released. */
+export const DEFAULT_LEASE_MS = 60_000;
 
 /** Every key of {@link LimiterOptions}; the adapters' option lists extend it. */
 export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
@@ -36,6 +38,8 @@ export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
   denyCacheSize: true,
   blockFor: true,
   shadow: true,
+  concurrency: true,
+  leaseMs: true,
 };
 export const LIMITER_OPTIONS = keysOf<LimiterOptions>(LIMITER_OPTION_KEYS);
 
@@ -51,14 +55,30 @@ export interface ResolvedLimiterOptions {
   /** Milliseconds; 0 for none. */
   readonly blockFor: number;
   readonly shadow: boolean;
+  /** Most requests in progress per identifier; 0 for no bound. */
+  readonly concurrency: number;
+  /** Milliseconds a lease lives unless renewed or released (only with `concurrency`). */
+  readonly leaseMs: number;
 }
 
 /** Validates `options` (whose unknown keys the caller has already rejected) and applies the defaults. */
 export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterOptions {
-  const tiers = Object.freeze(resolveTiers(options));
+  const concurrency = options.concurrency === undefined ? 0 : positiveInteger(options.concurrency, 'concurrency');
+  if (concurrency === 0 && options.leaseMs !== undefined) {
+    throw new OptionError('SWL_CONFLICTING_OPTIONS', 'leaseMs: takes effect with concurrency only: give concurrency too, or drop leaseMs');
+  }
+  // A bound on requests in progress alone: no rate tiers unless some are given.
+  const rateless = concurrency > 0 && options.limit === undefined && options.window === undefined && options.limits === undefined;
+  const tiers = Object.freeze(rateless ? [] : resolveTiers(options));
   const store = options.store ?? new MemoryStore();
   if (typeof store.check !== 'function' || typeof store.settle !== 'function' || typeof store.reset !== 'function') {
     throw new OptionError('SWL_INVALID_STORE', 'store: must be a RedisStore, a MemoryStore or another Store implementation');
+  }
+  if (concurrency > 0 && (typeof store.checkLease !== 'function' || typeof store.changeLease !== 'function')) {
+    throw new OptionError(
+      'SWL_INVALID_STORE',
+      'store: concurrency needs a store that keeps leases (checkLease and changeLease), as RedisStore and MemoryStore do',
+    );
   }
   return {
     store,
@@ -71,6 +91,8 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
       options.denyCacheSize === undefined ? DEFAULT_DENY_CACHE_SIZE : nonNegativeInteger(options.denyCacheSize, 'denyCacheSize'),
     blockFor: options.blockFor === undefined || options.blockFor === 0 ? 0 : parseDuration(options.blockFor, 'blockFor'),
     shadow: oneOf(options.shadow ?? false, [true, false], 'shadow'),
+    concurrency,
+    leaseMs: options.leaseMs === undefined ? DEFAULT_LEASE_MS : parseDuration(options.leaseMs, 'leaseMs'),
   };
 }
 

@@ -55,6 +55,22 @@ export interface LimiterOptions {
    * Default `false`.
    */
   shadow?: boolean;
+  /**
+   * Most requests in progress at once per identifier, across every process sharing the store: a
+   * check that is allowed takes a lease (`decision.lease`), to be released when the request is over
+   * (the HTTP adapters release it when the response is over). Decided with the rate tiers in one
+   * atomic step: a request this bound refuses counts in no tier, and a request a tier refuses takes
+   * no lease. Given without `limit`, `window` or `limits`, the limiter bounds requests in progress
+   * only. Its keys are then `{<prefix>:<identifier>}` and `{<prefix>:<identifier>}:leases`, one
+   * Cluster slot. Default: no bound.
+   */
+  concurrency?: number;
+  /**
+   * How long a lease lives unless renewed or released (milliseconds or a duration string): a slot
+   * held by a process that died comes back after this. The HTTP adapters renew the lease of a
+   * request still in progress every `leaseMs / 2`. Default `'60s'`.
+   */
+  leaseMs?: Duration;
 }
 
 /** Options of one {@link Limiter.check} or {@link Limiter.peek}. */
@@ -69,8 +85,36 @@ export interface CheckOptions {
   limit?: number;
   /** This call's window (see `limit`). */
   window?: Duration;
-  /** This call's tiers, replacing the limiter's. Tiers are matched to what is stored by position (see the README). */
+  /** This call's tiers, replacing the limiter's. Tiers are matched to what is stored by position (see docs/algorithms.md). */
   limits?: readonly TierOptions[];
+  /** This call's bound on requests in progress, replacing the limiter's; only on a limiter with `concurrency`. */
+  concurrency?: number;
+}
+
+/** A request in progress under a `concurrency` bound: the slot it holds, until released or expired. */
+export interface Lease {
+  /** The lease's id, unique across processes. */
+  readonly id: string;
+  /**
+   * Gives the slot back. Resolves `true` when the lease was still held, `false` when it was gone
+   * already (released before, or expired): releasing twice, or after expiry, changes nothing.
+   */
+  release(): Promise<boolean>;
+  /**
+   * Extends the lease to `leaseMs` from now (never shortens it), for a request that outlives its
+   * lease. Resolves `false` when the lease was gone already: its slot may have been taken since.
+   */
+  renew(): Promise<boolean>;
+}
+
+/** The bound on requests in progress, as a check saw it. */
+export interface ConcurrencyDecision {
+  /** Most requests in progress at once. */
+  readonly limit: number;
+  /** Requests in progress for the identifier, this one included when it took a lease. */
+  readonly inProgress: number;
+  /** True when this bound refused the request (it then counted in no rate tier). */
+  readonly refused: boolean;
 }
 
 /** How one tier judged a request. */
@@ -122,7 +166,11 @@ export interface Decision {
    * then send no `Retry-After`).
    */
   readonly retryAfterMs: number;
-  /** Index into `tiers` of the binding tier: the one that keeps the client waiting longest, then the one with least left. */
+  /**
+   * Index into `tiers` of the binding tier: the one that keeps the client waiting longest, then the
+   * one with least left. `-1` on a limiter with `concurrency` and no rate tiers: the top-level
+   * figures then describe the bound on requests in progress.
+   */
   readonly tier: number;
   /** Every tier's view, in the order the tiers were given. */
   readonly tiers: readonly TierDecision[];
@@ -142,6 +190,13 @@ export interface Decision {
   readonly shadow: boolean;
   /** True when the answer came from the local deny cache rather than the store. */
   readonly cached: boolean;
+  /**
+   * The bound on requests in progress, on a limiter with `concurrency`. A request it refuses has
+   * `retryAfterMs` `Infinity`: no wait is known, it depends on requests ending.
+   */
+  readonly concurrency?: ConcurrencyDecision;
+  /** The slot an allowed check took, on a limiter with `concurrency` (not for a peek): release it when the request is over. */
+  readonly lease?: Lease;
 }
 
 /** A configured rate limiter. Create with {@link createLimiter}. */
@@ -179,4 +234,6 @@ export interface Limiter {
   /** Milliseconds of `blockFor`; 0 for none. */
   readonly blockFor: number;
   readonly shadow: boolean;
+  /** Most requests in progress per identifier; 0 for no bound. */
+  readonly concurrency: number;
 }

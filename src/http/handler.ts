@@ -7,8 +7,9 @@
 import { type Awaitable, isPromiseLike, whenSettled, whenSettledOrFailed } from '../async';
 import { type LimiterCore, limiterFromResolved } from '../core/limiter';
 import { resolveLimiterOptions, validateCost } from '../core/limiter-options';
-import type { Decision } from '../core/types';
+import type { Decision, Lease } from '../core/types';
 import type { Tier } from '../tiers';
+import { positiveInteger } from '../validate';
 import { secondsUntil } from './headers';
 import { defaultDenialJson, type HttpOptions, limiterOptionsOf, type ResolvedHttpOptions, resolveHttpOptions } from './http-options';
 import { type CountedBy, warnIfCountedTwice, warnOnSharedPrefix, warnStoreFailing } from './misconfiguration';
@@ -49,6 +50,8 @@ interface Check {
   readonly cost: number;
   /** This request's own tiers, when limits depend on the request. */
   readonly tiers: readonly Tier[] | undefined;
+  /** This request's own bound on requests in progress, when it depends on the request. */
+  readonly concurrency: number | undefined;
 }
 
 /** The request property holding its {@link CountedBy} list (declared by the Fastify plugin as a request decorator). */
@@ -87,8 +90,8 @@ export class HttpLimiter<Req, Res> {
    * rejection and never to a silent allow; a store failure becomes `failMode`.
    */
   handle(request: Req, response: Res, proceed: Proceed): void {
-    const { skip, costOf, tiersOf, identify, fixedCost } = this.options;
-    if (skip === undefined && costOf === undefined && tiersOf === undefined) {
+    const { skip, costOf, tiersOf, concurrencyOf, identify, fixedCost } = this.options;
+    if (skip === undefined && costOf === undefined && tiersOf === undefined && concurrencyOf === undefined) {
       // Static options: only the identifier to find, no object built before the check.
       let identifier: string | Promise<string>;
       try {
@@ -97,10 +100,10 @@ export class HttpLimiter<Req, Res> {
         this.hookFailed(error, request, proceed);
         return;
       }
-      if (typeof identifier === 'string') this.check(identifier, fixedCost, undefined, request, response, proceed);
+      if (typeof identifier === 'string') this.check(identifier, fixedCost, undefined, undefined, request, response, proceed);
       else {
         identifier.then(
-          (settled) => this.check(settled, fixedCost, undefined, request, response, proceed),
+          (settled) => this.check(settled, fixedCost, undefined, undefined, request, response, proceed),
           (error: unknown) => this.hookFailed(error, request, proceed),
         );
       }
@@ -116,11 +119,10 @@ export class HttpLimiter<Req, Res> {
     if (check === undefined) proceed();
     else if (isPromiseLike(check)) {
       check.then(
-        (settled) =>
-          settled === undefined ? proceed() : this.check(settled.identifier, settled.cost, settled.tiers, request, response, proceed),
+        (settled) => (settled === undefined ? proceed() : this.checkPrepared(settled, request, response, proceed)),
         (error: unknown) => this.hookFailed(error, request, proceed),
       );
-    } else this.check(check.identifier, check.cost, check.tiers, request, response, proceed);
+    } else this.checkPrepared(check, request, response, proceed);
   }
 
   /** Skip, identify, cost and limits, in that order; undefined when the request is skipped. */
@@ -137,22 +139,42 @@ export class HttpLimiter<Req, Res> {
     return typeof identifier === 'string' ? this.measure(identifier, request) : identifier.then((id) => this.measure(id, request));
   }
 
-  /** The cost and, when limits depend on the request, the tiers of an identified request. */
+  /** The cost and, when they depend on the request, the tiers and the bound on requests in progress of an identified request. */
   private measure(identifier: string, request: Req): Check | PromiseLike<Check> {
-    const { costOf, tiersOf, fixedCost } = this.options;
-    if (costOf === undefined && tiersOf === undefined) return { identifier, cost: fixedCost, tiers: undefined };
+    const { costOf, tiersOf, concurrencyOf, fixedCost } = this.options;
+    if (costOf === undefined && tiersOf === undefined && concurrencyOf === undefined) {
+      return { identifier, cost: fixedCost, tiers: undefined, concurrency: undefined };
+    }
     return whenSettled(costOf === undefined ? fixedCost : costOf(request), (cost) =>
-      tiersOf === undefined
-        ? { identifier, cost: validateCost(cost), tiers: undefined }
-        : whenSettled(tiersOf(request), (tiers) => ({ identifier, cost: validateCost(cost), tiers })),
+      whenSettled(tiersOf === undefined ? undefined : tiersOf(request), (tiers) =>
+        whenSettled(concurrencyOf === undefined ? undefined : concurrencyOf(request), (concurrency) => ({
+          identifier,
+          cost: validateCost(cost),
+          tiers,
+          concurrency: concurrency === undefined ? undefined : positiveInteger(concurrency, 'concurrency'),
+        })),
+      ),
     );
   }
 
-  private check(identifier: string, cost: number, tiers: readonly Tier[] | undefined, request: Req, response: Res, proceed: Proceed): void {
-    const cached = this.limiter.checkPrepared(identifier, cost, tiers, (error, decision) => {
+  private checkPrepared(check: Check, request: Req, response: Res, proceed: Proceed): void {
+    this.check(check.identifier, check.cost, check.tiers, check.concurrency, request, response, proceed);
+  }
+
+  private check(
+    identifier: string,
+    cost: number,
+    tiers: readonly Tier[] | undefined,
+    concurrency: number | undefined,
+    request: Req,
+    response: Res,
+    proceed: Proceed,
+  ): void {
+    const answer = (error: unknown, decision?: Decision): void => {
       if (decision === undefined) this.fail(error, request, response, proceed);
       else this.answer(decision, identifier, request, response, proceed);
-    });
+    };
+    const cached = this.limiter.checkPrepared(identifier, cost, tiers, answer, concurrency);
     if (cached !== undefined) this.answer(cached, identifier, request, response, proceed);
   }
 
@@ -166,6 +188,8 @@ export class HttpLimiter<Req, Res> {
 
   private respond(decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
     const { onDecision, onNearLimit, nearLimitBand, settleAfter } = this.options;
+    // First, so that no throw below can keep the slot from being given back.
+    if (decision.lease !== undefined) this.holdLease(decision.lease, request, response);
     onDecision?.(decision, request);
     if (onNearLimit !== undefined && decision.ratio >= nearLimitBand[0] && decision.ratio <= nearLimitBand[1]) {
       onNearLimit(decision, request);
@@ -206,7 +230,7 @@ export class HttpLimiter<Req, Res> {
     proceed: Proceed,
   ): void {
     const denial: DenialResponse = {
-      statusCode: this.options.statusCode,
+      statusCode: decision.concurrency?.refused === true ? this.options.concurrencyStatusCode : this.options.statusCode,
       retryAfter,
       body: body ?? defaultDenialJson(retryAfter),
       bodyIsJson: body === undefined,
@@ -220,6 +244,21 @@ export class HttpLimiter<Req, Res> {
   private sendHeaders(decision: Decision, request: Req, response: Res): void {
     this.port.attach(request, decision);
     this.options.writeHeaders?.(decision, response, this.port.setHeader);
+  }
+
+  /**
+   * Holds `lease` while the response is in progress: renewed every `leaseMs / 2`, released once
+   * when the response is over (sent in full, or the connection closed first).
+   */
+  private holdLease(lease: Lease, request: Req, response: Res): void {
+    const renewal = setInterval(() => {
+      lease.renew().then(undefined, (error: unknown) => this.storeFailed(error, request));
+    }, this.limiter.leaseMs / 2);
+    renewal.unref();
+    this.port.whenDone(response, () => {
+      clearInterval(renewal);
+      lease.release().then(undefined, (error: unknown) => this.storeFailed(error, request));
+    });
   }
 
   /**

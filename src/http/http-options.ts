@@ -16,7 +16,7 @@ import { byIp, type IdentifyOption, resolveIdentify } from './identify';
  * Options shared by the Express middleware and the Fastify plugin. `Req` and `Res` are the
  * framework's request and response (reply) types. Every function option may be async.
  */
-export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'limit' | 'window' | 'limits'> {
+export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'limit' | 'window' | 'limits' | 'concurrency'> {
   /**
    * Most units of cost per `window`: a positive integer, or a function of the request, e.g.
    * `(req) => (req.user?.plan === 'pro' ? 1000 : 100)`. Default `100`. Counts belong to the
@@ -27,6 +27,18 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
   window?: Duration | ((request: Req) => Awaitable<Duration>);
   /** Several tiers instead of `limit`/`window`, or a function of the request returning them. */
   limits?: readonly TierOptions[] | ((request: Req) => Awaitable<readonly TierOptions[]>);
+  /**
+   * Most requests in progress at once per identifier, across every process sharing the store: a
+   * positive integer, or a function of the request. An allowed request holds a lease from its check
+   * until its response is over (sent in full, or the connection closed first), renewed every
+   * `leaseMs / 2` while it runs. A request over the bound is refused with `concurrencyStatusCode`
+   * (429) and no `Retry-After`: no wait is known, it depends on other requests ending. Decided with
+   * the rate tiers in one atomic step. Without `limit`, `window` or `limits`, only this bound applies
+   * (and no rate-limit headers are sent). Default: no bound.
+   */
+  concurrency?: number | ((request: Req) => Awaitable<number>);
+  /** Status of a request refused by `concurrency`. Default `429`. */
+  concurrencyStatusCode?: number;
   /**
    * Who a request counts against: a function, or a list tried in order (first non-empty
    * answer wins), e.g. `[byApiKey(), byIp()]`. Default `byIp()`. Requests that nothing
@@ -123,6 +135,8 @@ export const HTTP_OPTION_KEYS: KnownKeys<HttpOptions<unknown, unknown>> = {
   skipFailedRequests: true,
   requestWasSuccessful: true,
   costAfter: true,
+  concurrency: true,
+  concurrencyStatusCode: true,
   headers: true,
   resetFormat: true,
   statusCode: true,
@@ -154,6 +168,9 @@ export interface ResolvedHttpOptions<Req, Res> {
   readonly chargesAfter: boolean;
   readonly writeHeaders: HeaderWriter | undefined;
   readonly statusCode: number;
+  readonly concurrencyStatusCode: number;
+  /** The bound on requests in progress of one request, when `concurrency` is a function. */
+  readonly concurrencyOf: ((request: Req) => Awaitable<number>) | undefined;
   readonly message: HttpOptions<Req, Res>['message'];
   readonly onDecision: HttpOptions<Req, Res>['onDecision'];
   readonly onNearLimit: HttpOptions<Req, Res>['onNearLimit'];
@@ -170,6 +187,8 @@ export function limiterOptionsOf(options: HttpOptions<unknown, unknown>): Limite
     if (value !== undefined && typeof value !== 'function') limiterOptions[key] = value;
   }
   if (typeof options.clock === 'function') limiterOptions.clock = options.clock;
+  // A bound that depends on the request still makes the limiter keep leases; each request brings its own.
+  if (typeof options.concurrency === 'function') limiterOptions.concurrency = 1;
   return limiterOptions as LimiterOptions;
 }
 
@@ -192,14 +211,15 @@ export function resolveHttpOptions<Req, Res>(
   const refundWhen = resolveRefund(options, statusOf);
   const costAfter = optionalFunction(options.costAfter, 'costAfter');
   // A shadow limiter must not change what clients see: no headers unless asked for.
+  // Rate-limit headers describe rate tiers: a limiter that bounds requests in progress only has
+  // none to describe (no header standard covers concurrency), unless a custom format says otherwise.
+  const rateless = tiers.length === 0 && tiersOf === undefined && typeof options.headers !== 'function';
   const writeHeaders =
-    shadow && options.headers === undefined
+    (shadow && options.headers === undefined) || rateless
       ? undefined
       : createHeaderWriter(options.headers, options.resetFormat, tiersOf ? undefined : tiers);
-  const statusCode = options.statusCode ?? DEFAULT_STATUS_CODE;
-  if (!Number.isInteger(statusCode) || statusCode < 400 || statusCode > 599) {
-    throw new OptionError('SWL_INVALID_NUMBER', `statusCode: must be an HTTP error status (400-599), got ${describeValue(statusCode)}`);
-  }
+  const statusCode = errorStatus(options.statusCode ?? DEFAULT_STATUS_CODE, 'statusCode');
+  const concurrencyStatusCode = errorStatus(options.concurrencyStatusCode ?? DEFAULT_STATUS_CODE, 'concurrencyStatusCode');
   if (options.message !== undefined && !['string', 'object', 'function'].includes(typeof options.message)) {
     throw new OptionError('SWL_INVALID_TYPE', `message: must be a string, an object or a function, got ${describeValue(options.message)}`);
   }
@@ -219,6 +239,8 @@ export function resolveHttpOptions<Req, Res>(
     chargesAfter: costAfter !== undefined,
     writeHeaders,
     statusCode,
+    concurrencyStatusCode,
+    concurrencyOf: typeof options.concurrency === 'function' ? options.concurrency : undefined,
     message: options.message,
     onDecision,
     onNearLimit,
@@ -259,6 +281,13 @@ function requestTiers<Req, Res>(options: HttpOptions<Req, Res>): ((request: Req)
     }
     return tiersOf(limitAnswer, windowAnswer);
   };
+}
+
+function errorStatus(status: unknown, option: string): number {
+  if (typeof status !== 'number' || !Number.isInteger(status) || status < 400 || status > 599) {
+    throw new OptionError('SWL_INVALID_NUMBER', `${option}: must be an HTTP error status (400-599), got ${describeValue(status)}`);
+  }
+  return status;
 }
 
 /** A function's answer for `option`: nothing is a bug in the app, not a request for the default. */

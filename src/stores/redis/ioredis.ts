@@ -65,7 +65,7 @@ export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
     // already failed open could still be counted minutes later. Once the connection has been
     // up, refuse to queue: fail now, count nothing.
     unavailable: () => (client.status !== 'ready' && state.everReady ? `Redis connection is ${client.status}` : undefined),
-    run: (script, key, argv) => evaluate(client, script.lua, 'single', [key], argv),
+    run: (lua, keys, argv) => evaluate(client, lua, 'single', keys, argv),
     runBatch:
       client.isCluster === true ? undefined : (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, 'batch', keys, argv),
     del: (key) => client.del(key).then(undefined, rethrowStoreFailure),

@@ -142,7 +142,7 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
       if (client.isReady ?? client.isOpen) return undefined;
       return client.isOpen ? 'Redis connection is not ready' : 'Redis client is closed';
     },
-    run: (script, key, argv) => evaluate(script.lua, 'single', [key], argv),
+    run: (lua, keys, argv) => evaluate(lua, 'single', keys, argv),
     runBatch: cluster ? undefined : (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
     del: (key) => send(key, ['DEL', key], plain).then(undefined, rethrowStoreFailure),
   };

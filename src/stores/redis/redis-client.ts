@@ -5,14 +5,17 @@
  * node-redis.ts) implements the rest, so the store logic is written once.
  */
 import { createHash } from 'node:crypto';
-import type { CheckScript, Script } from '../../algorithms/types';
+import type { CheckScript } from '../../algorithms/types';
 import { RateLimitTimeoutError, StoreError, StoreUnavailableError } from '../../errors';
 
 export interface RedisClientAdapter {
   /** Why a command sent now would not go to Redis at once (to fail instead of queueing it), or `undefined`. */
   unavailable(): string | undefined;
-  /** Runs `script` on one key: `EVALSHA`, falling back to `EVAL` when Redis answers `NOSCRIPT`. */
-  run(script: Script, key: string, argv: readonly (string | number)[]): Promise<unknown>;
+  /**
+   * Runs a script (`lua`) on its keys, all in one Cluster slot: `EVALSHA`, falling back to `EVAL`
+   * when Redis answers `NOSCRIPT`.
+   */
+  run(lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown>;
   del(key: string): Promise<unknown>;
   /**
    * Runs a check script's batch form on several keys in one call (see `batch.ts`); absent
