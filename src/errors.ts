@@ -27,6 +27,8 @@ export const CODES = {
     "Redis answered a command with an error, such as READONLY (a replica), OOM (memory full under `noeviction`) or LOADING (a restart reading its data) (a `StoreError`; `error.reply` holds that first word, `cause` the client's error).",
   SWL_STORE_FAILING:
     "Warning: the store failed and no `onError` is set, so requests were let through (`failMode: 'open'`) or refused (`'closed'`) without a word; emitted on the first failure and at most once a minute while failures continue.",
+  SWL_WAIT_EXCEEDED:
+    'The known wait for quota goes past `maxWaitMs`, or no wait is known (a cost above the limit, requests in progress at their bound), so `limiter.wait()` gave up at once without sleeping (a `WaitExceededError`, with the `decision`).',
   SWL_SHARED_PREFIX: 'Warning: two limiters with different limits share one store and one prefix, so they count into the same keys.',
   SWL_UNTRUSTED_FORWARDED:
     "Warning: a request carried X-Forwarded-For or Forwarded while the framework's `ip` was the socket's own peer: behind a proxy without Express's `trust proxy` or Fastify's `trustProxy`, every client shares one quota.",

@@ -7,13 +7,14 @@ import { OptionError } from '../errors';
 import { LEASE_CHANGE_REPLY, type LeaseCall, type ScriptCall } from '../protocol';
 import type { CallbackStore, Store } from '../stores/types';
 import { resolveTiers, smallestLimit, type Tier } from '../tiers';
-import { checkOptions, describeValue, keysOf, positiveInteger } from '../validate';
+import { checkOptions, describeValue, type KnownKeys, keysOf, nonNegativeInteger, positiveInteger } from '../validate';
 import { Deadlines } from './deadlines';
 import { blockedMsOf, decodeDecision, neverAllowed } from './decision';
 import { DenyCache } from './deny-cache';
 import { leaseKeyOf, rateKeyWithLeases, storeKey } from './keys';
 import { DEFAULT_COST, LIMITER_OPTIONS, type ResolvedLimiterOptions, resolveLimiterOptions, validateCost } from './limiter-options';
-import type { CheckOptions, Decision, Lease, Limiter, LimiterOptions } from './types';
+import type { CheckOptions, Decision, Lease, Limiter, LimiterOptions, WaitOptions } from './types';
+import { Waiters } from './wait';
 
 /**
  * The limiter as the HTTP layer uses it: the public {@link Limiter}, plus a check whose inputs
@@ -59,6 +60,8 @@ class RateLimiter implements LimiterCore {
   private readonly keyPrefix: string;
   private readonly deadlines: Deadlines;
   private readonly storeCheck: CheckThen;
+  /** The callers of `wait`, made on its first use. */
+  private waiters: Waiters | undefined;
   /** The identifier {@link keyFor} was last asked for, and its key (primed with `''`, so never undefined). */
   private lastIdentifier: string;
   private lastKey: string;
@@ -169,6 +172,31 @@ class RateLimiter implements LimiterCore {
       // A check in flight may have cached a denial the settlement has since made untrue.
       this.denyCache?.delete(key);
     });
+  }
+
+  wait(identifier: string, options?: WaitOptions): Promise<Decision> {
+    let callOptions: CheckOptions | undefined;
+    let maxWaitMs = Infinity;
+    let signal: AbortSignal | undefined;
+    try {
+      if (options !== undefined) {
+        checkOptions(options, WAIT_OPTIONS, 'wait');
+        const { maxWaitMs: bound, signal: abort, ...rest } = options;
+        if (bound !== undefined) maxWaitMs = nonNegativeInteger(bound, 'maxWaitMs');
+        if (abort !== undefined && !(abort instanceof AbortSignal)) {
+          throw new OptionError('SWL_INVALID_TYPE', `signal: must be an AbortSignal, got ${describeValue(abort)}`);
+        }
+        signal = abort;
+        callOptions = rest;
+      }
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    this.waiters ??= new Waiters(
+      (id, call) => this.check(id, call),
+      (id, decision) => this.refund(id, decision),
+    );
+    return this.waiters.wait(identifier, callOptions, maxWaitMs, signal);
   }
 
   reset(identifier: string): Promise<void> {
@@ -358,7 +386,9 @@ function checkThenOf(store: Store): CheckThen {
   };
 }
 
-const CHECK_OPTIONS = keysOf<CheckOptions>({ cost: true, limit: true, window: true, limits: true, concurrency: true });
+const CHECK_OPTION_KEYS: KnownKeys<CheckOptions> = { cost: true, limit: true, window: true, limits: true, concurrency: true };
+const CHECK_OPTIONS = keysOf<CheckOptions>(CHECK_OPTION_KEYS);
+const WAIT_OPTIONS = keysOf<WaitOptions>({ ...CHECK_OPTION_KEYS, maxWaitMs: true, signal: true });
 
 /** Throws unless `decision` has what a refund reads: `counted`, `cost`, `now` and the `tiers` it was decided with. */
 function checkDecision(decision: Decision): void {

@@ -91,6 +91,18 @@ export interface CheckOptions {
   concurrency?: number;
 }
 
+/** Options of {@link Limiter.wait}: a check's options, and how long to wait at most. */
+export interface WaitOptions extends CheckOptions {
+  /**
+   * The longest wait, in milliseconds from the call: once the known wait goes past it, the call
+   * rejects at once with a `WaitExceededError` (`SWL_WAIT_EXCEEDED`) instead of sleeping. Default:
+   * no bound.
+   */
+  maxWaitMs?: number;
+  /** Aborts the wait: the call rejects with the signal's reason, and leaves no timer behind. */
+  signal?: AbortSignal;
+}
+
 /** A request in progress under a `concurrency` bound: the slot it holds, until released or expired. */
 export interface Lease {
   /** The lease's id, unique across processes. */
@@ -222,6 +234,16 @@ export interface Limiter {
    * Settle each decision once.
    */
   settle(identifier: string, decision: Decision, actualCost: number): Promise<void>;
+  /**
+   * Waits for quota instead of being refused: resolves with the allowed (and counted) decision as
+   * soon as a check passes, sleeping exactly each denial's `retryAfterMs` in between, never polling.
+   * Rejects at once, without sleeping, with a `WaitExceededError` (`SWL_WAIT_EXCEEDED`) when the
+   * known wait goes past `maxWaitMs` or no wait is known (a cost above the limit, requests in
+   * progress at their bound), and with the signal's reason when `signal` aborts. The waiters of one
+   * identifier in one process go first in, first out, and only the first of them checks the store.
+   * For outbound calls to a shared, rate-limited API; sleeps in real time, whatever `clock` says.
+   */
+  wait(identifier: string, options?: WaitOptions): Promise<Decision>;
   /** Forgets everything counted for `identifier`. */
   reset(identifier: string): Promise<void>;
   /** The store key used for `identifier`. */
