@@ -114,7 +114,7 @@ async function main(): Promise<void> {
       const request = { headers: { 'x-id': 'user:1' } };
       const http = (limiter: typeof allow) => (): Promise<void> =>
         new Promise<void>((resolve) => limiter.handle(request, headers, () => resolve()));
-      const check = { now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, tiers: limiter.tiers };
+      const check = { now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers: limiter.tiers };
       // Two checks: the second is denied and cached.
       await http(deny)();
       await http(deny)();

@@ -8,11 +8,29 @@ import express from 'express';
 import { Redis } from 'ioredis';
 import { byIp, MemoryStore, RedisStore, rateLimit } from '../src/express';
 
+/** A ready ioredis client of `url`, or a one-line reason why there is none within two seconds. */
+async function connect(url: string): Promise<Redis> {
+  // No reconnection: the demo either has Redis now or says why it has not.
+  const client = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 1, retryStrategy: () => null, lazyConnect: true });
+  let cause: unknown;
+  client.on('error', (error: unknown) => {
+    cause ??= error; // the first failure is reported once, below
+  });
+  const timeout = setTimeout(() => client.disconnect(), 2_000);
+  try {
+    await client.connect();
+    return client;
+  } catch (error) {
+    client.disconnect();
+    const reason = (cause ?? error) instanceof Error ? ((cause ?? error) as Error).message : String(cause ?? error);
+    throw new Error(`cannot reach Redis at ${url} (${reason}): start redis-server, or unset REDIS_URL to use memory`);
+  } finally {
+    clearTimeout(timeout);
+  }
+}
+
 async function main(): Promise<void> {
-  const client = process.env.REDIS_URL
-    ? new Redis(process.env.REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 1 })
-    : undefined;
-  if (client) await new Promise((resolve, reject) => client.once('ready', resolve).once('error', reject));
+  const client = process.env.REDIS_URL ? await connect(process.env.REDIS_URL) : undefined;
   const store = client ? new RedisStore({ client }) : new MemoryStore();
 
   const app = express();
@@ -40,7 +58,7 @@ async function main(): Promise<void> {
   await client?.quit();
 }
 
-main().catch((error) => {
-  console.error(error);
+main().catch((error: unknown) => {
+  console.error(`demo: ${error instanceof Error ? error.message : String(error)}`);
   process.exitCode = 1;
 });

@@ -42,3 +42,9 @@ export function isPromiseLike<T>(value: Awaitable<T>): value is PromiseLike<T> {
 export function whenSettled<T, U>(value: Awaitable<T>, next: (settled: T) => Awaitable<U>): Awaitable<U> {
   return isPromiseLike(value) ? Promise.resolve(value).then(next) : next(value);
 }
+
+/** `next(value)` at once when `value` is plain, after it settles when it is a promise; `failed` gets a rejection. */
+export function whenSettledOrFailed<T>(value: Awaitable<T>, next: (settled: T) => void, failed: (error: unknown) => void): void {
+  if (isPromiseLike(value)) Promise.resolve(value).then(next, failed);
+  else next(value);
+}

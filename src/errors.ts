@@ -1,5 +1,5 @@
 /**
- * Every error and warning code this package uses, in one place. The README lists them;
+ * Every error and warning code this package uses, in one place. docs/reference.md lists them;
  * a test keeps that list and this one equal. Codes are stable: match on `error.code`,
  * not on messages.
  */
@@ -9,7 +9,8 @@ export const CODES = {
   SWL_CONFLICTING_OPTIONS: 'Two options that exclude each other were both given, such as `limits` with `limit` or `window`.',
   SWL_INVALID_LIMIT: 'A limit is not a positive integer, `limits` is not a non-empty array of tiers, or limit x window is too large.',
   SWL_INVALID_DURATION: 'A duration (such as `window`) is neither a positive whole number of milliseconds nor a string like `1m`.',
-  SWL_INVALID_COST: 'A cost is not an integer from 0 to the smallest limit.',
+  SWL_INVALID_COST:
+    'A cost is not a non-negative integer, or a fixed `cost` option is above the smallest limit. (A cost computed per request or per call that can never fit is a denial, not an error.)',
   SWL_INVALID_NUMBER: 'A numeric option (such as `timeoutMs`, `maxKeys`, `statusCode`, `nearLimitBand`) is out of range.',
   SWL_INVALID_CHOICE: 'An option that takes one of a few names (such as `algorithm`, `failMode`, `hook`, `headers`) got another value.',
   SWL_INVALID_FUNCTION: 'An option that takes a function (such as `skip`, `onError`, `clock`) got something else.',
@@ -20,10 +21,23 @@ export const CODES = {
   SWL_INVALID_TYPE:
     'An option has a type no guard above covers, such as a `message` that is neither a string, an object nor a function, or an empty `header` name.',
   SWL_TIMEOUT: 'The store did not answer within `timeoutMs` (a `RateLimitTimeoutError`).',
-  SWL_STORE_UNAVAILABLE: 'The Redis connection is down, or was lost before a check was answered (a `StoreUnavailableError`).',
+  SWL_STORE_UNAVAILABLE:
+    "Redis cannot be reached: the connection is down or not yet up, or was lost before a check was answered (a `StoreUnavailableError`; the client's own error is its `cause`).",
+  SWL_STORE_ERROR:
+    "Redis answered a command with an error, such as READONLY (a replica), OOM (memory full under `noeviction`) or LOADING (a restart reading its data) (a `StoreError`; `error.reply` holds that first word, `cause` the client's error).",
+  SWL_STORE_FAILING:
+    "Warning: the store failed and no `onError` is set, so requests were let through (`failMode: 'open'`) or refused (`'closed'`) without a word; emitted on the first failure and at most once a minute while failures continue.",
+  SWL_WAIT_EXCEEDED:
+    'The known wait for quota goes past `maxWaitMs`, or no wait is known (a cost above the limit, requests in progress at their bound), so `limiter.wait()` gave up at once without sleeping (a `WaitExceededError`, with the `decision`).',
   SWL_SHARED_PREFIX: 'Warning: two limiters with different limits share one store and one prefix, so they count into the same keys.',
   SWL_UNTRUSTED_FORWARDED:
     "Warning: a request carried X-Forwarded-For or Forwarded while the framework's `ip` was the socket's own peer: behind a proxy without Express's `trust proxy` or Fastify's `trustProxy`, every client shares one quota.",
+  SWL_SHORT_DURATION:
+    "Warning: a `window` or `blockFor` was given as a number under 1000. Numbers are milliseconds (rate-limiter-flexible's `duration` is in seconds): write `'60s'` or `60_000` for a minute, or a string such as `'500ms'` to mean it.",
+  SWL_COUNTED_TWICE:
+    'Warning: two limiters (or one limiter mounted twice) counted the same request against the same key of the same store, so each request costs twice. Give each its own `prefix`, or mount it once.',
+  SWL_ROUTES_NOT_LIMITED:
+    'Warning: the Fastify plugin is global but routes were registered before it loaded (`register` not awaited before the routes, or called after them), so they are not limited.',
   SWL_IOREDIS_QUEUE_UNSUPPORTED:
     "Warning: this ioredis version's command queue does not have the shape the store knows, so checks unanswered when a connection drops may still be counted after it reconnects.",
 } as const;
@@ -47,10 +61,26 @@ export class RateLimitTimeoutError extends Error {
   readonly code = 'SWL_TIMEOUT';
 }
 
-/** Redis cannot be reached right now; the adapters handle it through `failMode`. */
+/** Redis cannot be reached right now; the adapters handle it through `failMode`. The client's own error, if any, is `cause`. */
 export class StoreUnavailableError extends Error {
   override readonly name = 'StoreUnavailableError';
   readonly code = 'SWL_STORE_UNAVAILABLE';
+}
+
+/**
+ * Redis answered with an error (READONLY, OOM, LOADING...); the adapters handle it through
+ * `failMode`. `reply` is the first word of Redis's answer, `cause` the client's error.
+ */
+export class StoreError extends Error {
+  override readonly name = 'StoreError';
+  readonly code = 'SWL_STORE_ERROR';
+  /** The first word of Redis's error reply: `'READONLY'`, `'OOM'`, `'LOADING'`, `'ERR'`... */
+  readonly reply: string;
+
+  constructor(reply: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.reply = reply;
+  }
 }
 
 /** Emits a process warning carrying `code`. */

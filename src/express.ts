@@ -4,7 +4,10 @@
  * @example
  * import { rateLimit, byIp } from 'ratewarden/express';
  * app.use(rateLimit({ store, limit: 100, window: '1m', identify: byIp() }));
- * app.post('/login', rateLimit({ store, limit: 5, window: '1m', prefix: 'login' }), login);
+ * const loginLimit = rateLimit({ store, limit: 5, window: '1m', prefix: 'login' });
+ * app.post('/login', loginLimit, async (req, res) => {
+ *   if (await logIn(req)) await loginLimit.resetRequest(req);
+ * });
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Decision, Limiter } from './core/types';
@@ -25,7 +28,11 @@ export interface ExpressRateLimitOptions extends HttpOptions<Request, Response> 
 declare global {
   namespace Express {
     interface Request {
-      /** The decision of the last rate limiter this request passed, as in express-rate-limit's `req.rateLimit`. */
+      /**
+       * The decision of the last rate limiter this request passed. Named as in express-rate-limit,
+       * but a `Decision`: `identifier` for its `key`, `resetAt` (epoch ms) for its `resetTime`, and
+       * `limit - remaining` for its `used` (docs/migrating.md).
+       */
       rateLimit?: Decision;
     }
   }
@@ -34,6 +41,12 @@ declare global {
 /** The middleware, with the limiter behind it for `reset()` or `peek()`. */
 export interface RateLimitMiddleware extends RequestHandler {
   readonly limiter: Limiter;
+  /**
+   * Forgets what this middleware counted for `request` (the whole count of the identifier it
+   * counted against, as `limiter.reset()` does), e.g. after a successful login. Resolves at once
+   * when this middleware counted nothing for the request.
+   */
+  resetRequest(request: Request): Promise<void>;
 }
 
 const OPTIONS = keysOf<ExpressRateLimitOptions>({ ...HTTP_OPTION_KEYS, handler: true });
@@ -82,6 +95,7 @@ export function rateLimit(options: ExpressRateLimitOptions = {}): RateLimitMiddl
     http.handle(request, response, next);
   } as RateLimitMiddleware;
   Object.defineProperty(middleware, 'limiter', { value: http.limiter, enumerable: true });
+  Object.defineProperty(middleware, 'resetRequest', { value: (request: Request) => http.resetRequest(request), enumerable: true });
   return middleware;
 }
 

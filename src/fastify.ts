@@ -20,9 +20,9 @@ import type {
 } from 'fastify';
 import fp from 'fastify-plugin';
 import { DEFAULT_PREFIX } from './core/limiter-options';
-import type { Decision, Limiter, LimiterOptions } from './core/types';
-import { OptionError } from './errors';
-import { HttpLimiter, type HttpPort } from './http/handler';
+import type { Decision, Limiter } from './core/types';
+import { OptionError, warn } from './errors';
+import { COUNTED, HttpLimiter, type HttpPort, resetEveryCount } from './http/handler';
 import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE } from './http/http-options';
 import { checkOptions, describeValue, type KnownKeys, keysOf, oneOf } from './validate';
 
@@ -61,6 +61,12 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The rate-limit decision for this request (`null` when it was not limited, skipped or the store failed). */
     rateLimit: Decision | null;
+    /**
+     * Forgets what the rate limiters of this route counted for this request (the whole count of
+     * the identifier each counted against, as `limiter.reset()` does), e.g. after a successful
+     * login. Resolves at once when nothing was counted.
+     */
+    resetRateLimit(): Promise<void>;
   }
   interface FastifyInstance {
     /** The limiter of the plugin's own (non-route) settings, for `reset()` and `peek()`. */
@@ -79,7 +85,15 @@ export const DEFAULT_HOOK: RateLimitHook = 'onRequest';
  * key space. (`timeoutMs`, `denyCacheSize` and `clock` change how a check is run, not
  * what it counts, so a route may change them and keep sharing the plugin's counts.)
  */
-const COUNTING_OPTIONS: readonly (keyof LimiterOptions)[] = ['store', 'limit', 'window', 'limits', 'algorithm', 'prefix'];
+const COUNTING_OPTIONS: readonly (keyof RouteRateLimitOptions)[] = [
+  'store',
+  'limit',
+  'window',
+  'limits',
+  'algorithm',
+  'prefix',
+  'concurrency',
+];
 
 const fastifyPort: HttpPort<FastifyRequest, FastifyReply> = {
   setHeader(reply, name, value) {
@@ -107,10 +121,67 @@ const fastifyPort: HttpPort<FastifyRequest, FastifyReply> = {
   },
 };
 
+/** The name of the plugin's route hooks, as `printRoutes({ includeHooks: true })` shows them. */
+const HOOK_NAME = 'rateLimitHook';
+
 function rateLimitHook(http: HttpLimiter<FastifyRequest, FastifyReply>): onRequestHookHandler {
   return function rateLimitHook(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
     http.handle(request, reply, done);
   };
+}
+
+/**
+ * How many of the app's routes lack this plugin's hook, from `printRoutes` (Fastify's only way
+ * to list routes): each route entry is a line ending in its methods, `/a (GET)` or
+ * `multi (GET, POST)`, followed by its hook lines, `• (onRequest) ["rateLimitHook()"]`.
+ */
+function routesWithoutHook(fastify: FastifyInstance): string[] {
+  const missing: string[] = [];
+  let entry: string | undefined;
+  let hooked = false;
+  const close = (): void => {
+    if (entry !== undefined && !hooked) missing.push(entry);
+  };
+  for (const line of fastify.printRoutes({ commonPrefix: false, includeHooks: true }).split('\n')) {
+    const text = line.replace(/^[\s│├└─]+/, '');
+    if (text.startsWith('•')) {
+      if (/^• \((?:onRequest|preValidation|preHandler)\)/.test(text) && text.includes(`"${HOOK_NAME}()"`)) hooked = true;
+    } else if (/\((?:[A-Z]+(?:, )?)+\)$/.test(text)) {
+      close();
+      entry = text;
+      hooked = false;
+    }
+  }
+  close();
+  return missing;
+}
+
+/**
+ * A global plugin registered on the root instance must see every route. Routes registered before
+ * it loaded (`register` not awaited before them, or called after them) never got its hook: warn
+ * (`SWL_ROUTES_NOT_LIMITED`) once the app is ready. `exempt` counts the routes the plugin saw and
+ * left alone (`config.rateLimit: false`).
+ */
+function warnOnUnlimitedRoutes(fastify: FastifyInstance, exempt: () => number): void {
+  // Children of the root are created with the parent as prototype: only the root has none of its own.
+  if (Object.getPrototypeOf(fastify) !== Object.prototype) return;
+  // A bundler that renames functions would hide the hook's name: then nothing can be told.
+  if (rateLimitHook.name !== HOOK_NAME) return;
+  fastify.addHook('onReady', (done) => {
+    try {
+      const missing = routesWithoutHook(fastify);
+      const unlimited = missing.length - exempt();
+      if (unlimited > 0) {
+        warn(
+          'SWL_ROUTES_NOT_LIMITED',
+          `rateLimitPlugin is global, but ${unlimited} route(s) were registered before it loaded and are not limited (${missing.slice(0, 5).join('; ')}${missing.length > 5 ? '; ...' : ''}). Register it first and await it: await app.register(rateLimitPlugin, options), then declare the routes (use config: { rateLimit: false } on routes meant to be unlimited).`,
+        );
+      }
+    } catch {
+      // printRoutes is only read to warn: a format it does not know must not fail startup.
+    }
+    done();
+  });
 }
 
 /** The plugin's options with a route's overrides applied; tier options replace each other as a group. */
@@ -146,9 +217,18 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
   // Registered more than once (an enforcing limiter beside a shadow one), the first keeps the name.
   if (!fastify.hasDecorator('rateLimiter')) fastify.decorate('rateLimiter', base.limiter);
   if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null);
+  if (!fastify.hasRequestDecorator(COUNTED)) fastify.decorateRequest(COUNTED, undefined);
+  if (!fastify.hasRequestDecorator('resetRateLimit')) {
+    fastify.decorateRequest('resetRateLimit', function resetRateLimit(this: FastifyRequest) {
+      return resetEveryCount(this);
+    });
+  }
+  let exempt = 0;
+  if (global) warnOnUnlimitedRoutes(fastify, () => exempt);
 
   fastify.addHook('onRoute', (route: RouteOptions) => {
     const config = route.config?.rateLimit;
+    if (config === false) exempt++;
     if (config === false || (config === undefined && !global)) return;
     let http = base;
     let hookName = pluginHook;

@@ -1,8 +1,9 @@
 export type { AlgorithmName } from './algorithms/types';
 export type { Awaitable } from './async';
 export { createLimiter } from './core/limiter';
-export type { CheckOptions, Decision, Limiter, LimiterOptions, TierDecision } from './core/types';
-export { CODES, type Code, OptionError, RateLimitTimeoutError, StoreUnavailableError } from './errors';
+export type { CheckOptions, ConcurrencyDecision, Decision, Lease, Limiter, LimiterOptions, TierDecision, WaitOptions } from './core/types';
+export { WaitExceededError } from './core/wait';
+export { CODES, type Code, OptionError, RateLimitTimeoutError, StoreError, StoreUnavailableError } from './errors';
 export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './http/headers';
 export type { FailMode, HttpOptions } from './http/http-options';
 export type { ByApiKeyOptions, ByIpOptions, IdentifierAnswer, Identify, IdentifyOption, RequestLike } from './http/identify';

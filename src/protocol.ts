@@ -4,8 +4,8 @@
  * sides: the Lua that decodes the arguments and builds the reply is generated from the same
  * constants the TypeScript reads.
  *
- * - ARGV: the same named slots in every script (check, refund), each with one meaning.
- * - The reply of a check, and of a refund.
+ * - ARGV: the same named slots in every script (check, settle), each with one meaning.
+ * - The reply of a check, and of a settle.
  * - The batch encoding: many checks in one script call.
  */
 import type { Tier } from './tiers';
@@ -14,18 +14,36 @@ import type { Tier } from './tiers';
 export const ARGV_SLOT = {
   /** Epoch ms of an injected clock, or `''` to read Redis `TIME`. */
   now: 1,
-  /** Units to count (a check) or to give back (a refund). */
+  /** Units to count (a check), or that a settled check counted. */
   cost: 2,
   /** `'1'`: evaluate only, write nothing; `'0'`: write. */
   dryRun: 3,
   /** Milliseconds an identifier stays refused once a check denies it; `0` for no block. */
   blockFor: 4,
-  /** Epoch ms at which the units a refund gives back were counted; `0` in a check. */
+  /** Epoch ms at which a settled check counted its `cost`; `0` in a check. */
   countedAt: 5,
+  /** What a settled check turned out to cost (`0` to give it all back); `0` in a check. */
+  actualCost: 6,
+  /** Most requests in progress per identifier, for a check that takes a lease; `0` for none. */
+  concurrency: 7,
+  /** How long a lease lives unless renewed (ms); `0` without a lease. */
+  leaseMs: 8,
+  /** The lease a check takes, or that a release or renewal names; `''` without a lease. */
+  leaseId: 9,
 } as const;
 
 /** The slot of the first tier's limit; each tier takes two slots, its limit and its window (ms). */
-export const FIRST_TIER_SLOT = 6;
+export const FIRST_TIER_SLOT = 10;
+
+/** The lease part of a call: a check that takes a slot, or the release or renewal of one. */
+export interface LeaseCall {
+  /** Most requests in progress for the identifier (a check); 0 for a release or renewal. */
+  readonly concurrency: number;
+  /** How long the lease lives from now unless renewed or released (ms). */
+  readonly leaseMs: number;
+  /** The lease's id, unique across processes. */
+  readonly id: string;
+}
 
 /** What one script call carries, before encoding. */
 export interface ScriptCall {
@@ -33,11 +51,15 @@ export interface ScriptCall {
   readonly now: number | undefined;
   readonly cost: number;
   readonly dryRun: boolean;
-  /** Milliseconds of `blockFor`; 0 for none (refunds ignore it). */
+  /** Milliseconds of `blockFor`; 0 for none (settlements ignore it). */
   readonly blockFor: number;
-  /** When the units a refund gives back were counted; 0 for a check. */
+  /** When the check being settled counted its `cost`; 0 for a check. */
   readonly countedAt: number;
+  /** What the check being settled turned out to cost; 0 for a check. */
+  readonly actualCost: number;
   readonly tiers: readonly Tier[];
+  /** The lease a check takes (with `concurrency`), or that a release or renewal names; none otherwise. */
+  readonly lease?: LeaseCall;
 }
 
 /** A call's ARGV, as {@link LUA_PROTOCOL}'s `readArgs` decodes it. */
@@ -48,6 +70,10 @@ export function scriptArgv(call: ScriptCall): (string | number)[] {
   argv[ARGV_SLOT.dryRun - 1] = call.dryRun ? '1' : '0';
   argv[ARGV_SLOT.blockFor - 1] = call.blockFor;
   argv[ARGV_SLOT.countedAt - 1] = call.countedAt;
+  argv[ARGV_SLOT.actualCost - 1] = call.actualCost;
+  argv[ARGV_SLOT.concurrency - 1] = call.lease?.concurrency ?? 0;
+  argv[ARGV_SLOT.leaseMs - 1] = call.lease?.leaseMs ?? 0;
+  argv[ARGV_SLOT.leaseId - 1] = call.lease?.id ?? '';
   for (let i = 0; i < call.tiers.length; i++) {
     argv[FIRST_TIER_SLOT - 1 + 2 * i] = call.tiers[i].limit;
     argv[FIRST_TIER_SLOT + 2 * i] = call.tiers[i].window;
@@ -67,16 +93,28 @@ export function scriptArgv(call: ScriptCall): (string | number)[] {
  * - `resetMs`: how long until this tier makes more quota available (its remaining units grow by
  *   at least one), assuming nothing else is counted: 0 when nothing is counted in it.
  *
- * A refund script answers `[taken]`: the units taken back (summed over the tiers, or the log
- * entries removed).
+ * A settle script answers `[givenBack, charged]` (see {@link SETTLE_REPLY}).
  */
 export const REPLY = { allowed: 0, now: 1, blockedMs: 2, firstTier: 3 } as const;
 
 /** Offsets of one tier's numbers from its start in a check's reply, and how many it has. */
 export const TIER_REPLY = { numerator: 0, denominator: 1, waitMs: 2, resetMs: 3, size: 4 } as const;
 
-/** Offset of the units taken back in a refund's reply. */
-export const REFUND_REPLY = { taken: 0 } as const;
+/**
+ * Offsets, after the tiers, of what a check that takes a lease adds to its reply: the requests in
+ * progress (this one included when it took its lease), and `1` when the concurrency bound refused
+ * it (then nothing was counted and no lease taken).
+ */
+export const LEASE_REPLY = { inProgress: 0, refused: 1, size: 2 } as const;
+
+/** Offset of a release's or renewal's one number: `1` when the lease was live and released or renewed, else `0`. */
+export const LEASE_CHANGE_REPLY = { changed: 0 } as const;
+
+/**
+ * Offsets in a settle's reply: the units given back (summed over the tiers, or the log entries
+ * removed) when the actual cost was lower, and the units charged (once, whatever the tiers) when higher.
+ */
+export const SETTLE_REPLY = { givenBack: 0, charged: 1 } as const;
 
 /** The start of a check's reply, as the TypeScript twins build it; tiers are added with {@link pushTier}. */
 export function checkReply(allowed: 0 | 1, now: number, blockedMs: number): number[] {
@@ -96,10 +134,25 @@ export function pushTier(reply: number[], numerator: number, denominator: number
   reply[at + TIER_REPLY.resetMs] = resetMs;
 }
 
-/** A refund's reply. */
-export function refundReply(taken: number): number[] {
+/** Appends what a check that takes a lease adds to its reply. */
+export function pushLease(reply: number[], inProgress: number, refused: 0 | 1): void {
+  const at = reply.length;
+  reply[at + LEASE_REPLY.inProgress] = inProgress;
+  reply[at + LEASE_REPLY.refused] = refused;
+}
+
+/** A release's or renewal's reply. */
+export function leaseChangeReply(changed: 0 | 1): number[] {
   const reply = new Array<number>(1);
-  reply[REFUND_REPLY.taken] = taken;
+  reply[LEASE_CHANGE_REPLY.changed] = changed;
+  return reply;
+}
+
+/** A settle's reply. */
+export function settleReply(givenBack: number, charged: number): number[] {
+  const reply = new Array<number>(2);
+  reply[SETTLE_REPLY.givenBack] = givenBack;
+  reply[SETTLE_REPLY.charged] = charged;
   return reply;
 }
 
@@ -114,8 +167,9 @@ function inOrder(fields: Readonly<Record<string, number>>, skip: string[] = []):
 
 /**
  * The Lua half of the protocol, part of every script: `readArgs(argv)` decodes one call's
- * arguments into the locals {@link LUA_ARGS} declares, `checkReply` and `pushTier` build a
- * check's reply, `refundReply` a refund's.
+ * arguments into the locals {@link LUA_ARGS} declares (`readLease` the lease slots), `checkReply`,
+ * `pushTier` and `pushLease` build a check's reply, `settleReply` a settle's, `leaseChangeReply` a
+ * release's or renewal's.
  *
  * Without an injected clock the script takes the time from Redis `TIME`, read once per script
  * run, so the checks of a batch are decided at one instant and app servers with skewed clocks
@@ -139,7 +193,7 @@ local function readArgs(argv)
     if windows[i] > longest then longest = windows[i] end
   end
   return now, tonumber(argv[${ARGV_SLOT.cost}]), argv[${ARGV_SLOT.dryRun}] == '1', tonumber(argv[${ARGV_SLOT.blockFor}]),
-    tonumber(argv[${ARGV_SLOT.countedAt}]), tiers, limits, windows, longest
+    tonumber(argv[${ARGV_SLOT.countedAt}]), tonumber(argv[${ARGV_SLOT.actualCost}]), tiers, limits, windows, longest
 end
 local function checkReply(${inOrder(REPLY, ['firstTier'])})
   return { ${inOrder(REPLY, ['firstTier'])} }
@@ -151,13 +205,26 @@ ${Object.entries(TIER_REPLY)
   .map(([name, offset]) => `  reply[at + ${offset + 1}] = ${name}`)
   .join('\n')}
 end
-local function refundReply(${inOrder(REFUND_REPLY)})
-  return { ${inOrder(REFUND_REPLY)} }
+local function settleReply(${inOrder(SETTLE_REPLY)})
+  return { ${inOrder(SETTLE_REPLY)} }
+end
+local function readLease(argv)
+  return tonumber(argv[${ARGV_SLOT.concurrency}]), tonumber(argv[${ARGV_SLOT.leaseMs}]), argv[${ARGV_SLOT.leaseId}]
+end
+local function pushLease(reply, ${inOrder(LEASE_REPLY, ['size'])})
+  local at = #reply
+${Object.entries(LEASE_REPLY)
+  .filter(([name]) => name !== 'size')
+  .map(([name, offset]) => `  reply[at + ${offset + 1}] = ${name}`)
+  .join('\n')}
+end
+local function leaseChangeReply(${inOrder(LEASE_CHANGE_REPLY)})
+  return { ${inOrder(LEASE_CHANGE_REPLY)} }
 end
 `;
 
 /** The locals every script body reads, from `readArgs` of {@link LUA_PROTOCOL}. */
-export const LUA_ARGS = 'local now, cost, dryRun, blockFor, countedAt, tiers, limits, windows, longest = readArgs(argv)';
+export const LUA_ARGS = 'local now, cost, dryRun, blockFor, countedAt, actualCost, tiers, limits, windows, longest = readArgs(argv)';
 
 /**
  * A batch call checks many keys in one script run. Its ARGV is the dry-run override (`'1'` makes

@@ -3,7 +3,7 @@
  * message starts with the option's name, thrown when a limiter is constructed (or a
  * Fastify route registered), never on a request.
  */
-import { type Code, OptionError } from './errors';
+import { type Code, OptionError, warn } from './errors';
 
 /** A duration in milliseconds, or a string such as `'500ms'`, `'1s'`, `'1m'`, `'1h'`, `'1d'`, `'1.5h'`. */
 export type Duration = number | string;
@@ -64,7 +64,23 @@ export function parseDuration(value: unknown, option: string): number {
       `${option}: must be a positive whole number of milliseconds, got ${describeValue(value)}`,
     );
   }
+  if (typeof value === 'number' && ms < SECOND) warnShortDuration(option, ms);
   return ms;
+}
+
+const SECOND = 1_000;
+/** The short numeric durations warned about, so a limit computed per request warns once per value, not per request. */
+const shortDurationsWarned = new Set<string>();
+
+/** A number under 1000 is almost always seconds meant as milliseconds (rate-limiter-flexible's `duration` is in seconds). */
+function warnShortDuration(option: string, ms: number): void {
+  const seen = `${option}=${ms}`;
+  if (shortDurationsWarned.has(seen)) return;
+  shortDurationsWarned.add(seen);
+  warn(
+    'SWL_SHORT_DURATION',
+    `${option}: ${ms} is read as ${ms} milliseconds. For ${ms} seconds write '${ms}s' (or ${ms * SECOND}); to mean milliseconds without this warning, write '${ms}ms'.`,
+  );
 }
 
 export function positiveInteger(value: unknown, option: string, code: Code = 'SWL_INVALID_NUMBER'): number {

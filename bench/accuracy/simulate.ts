@@ -127,7 +127,15 @@ class Runner {
   /** Runs one check; with `dryRun` nothing is counted. */
   check(now: number, cost: number, dryRun: boolean): RawReply {
     if (this.state !== undefined && this.expiresAt <= now) this.state = undefined;
-    const result = this.algorithm.check.apply(this.state, { now, cost, dryRun, blockFor: 0, countedAt: 0, tiers: this.tiers });
+    const result = this.algorithm.check.apply(this.state, {
+      now,
+      cost,
+      dryRun,
+      blockFor: 0,
+      countedAt: 0,
+      actualCost: 0,
+      tiers: this.tiers,
+    });
     if (result.state !== this.state) {
       this.state = result.state;
       this.expiresAt = result.expiresAt ?? this.expiresAt;

@@ -9,9 +9,11 @@
  * - while blocked, nothing is counted or trimmed, and the answer is a denial;
  * - a denial that counts nothing, when `blockFor > 0` and it is not a dry run, starts a block
  *   and makes the key live at least that long;
- * - a counting write drops an expired marker; other writes keep it.
+ * - a counting write (a check that counts, a settlement that charges) drops an expired marker;
+ *   other writes keep it;
+ * - a settlement never starts or lifts a block.
  */
-import { REPLY } from '../protocol';
+import { REPLY, SETTLE_REPLY } from '../protocol';
 import type { MemoryResult, ScriptArgs } from './types';
 
 /** The block marker of string keys, in Lua: read it, write it, and start a block after a denial. */
@@ -28,6 +30,11 @@ local function withMarker(blockedUntil, body)
   if blockedUntil == 0 then return body end
   if body == nil or body == '' then return '!' .. base36(blockedUntil) end
   return '!' .. base36(blockedUntil) .. ' ' .. body
+end
+-- The marker a counting write keeps: an expired block is dropped.
+local function liveBlock(blockedUntil, now)
+  if blockedUntil > now then return blockedUntil end
+  return 0
 end
 -- Starts a block of blockFor ms at now on a string key, keeping its counters; the key lives at least that long.
 local function writeBlock(key, now, blockFor, body)
@@ -91,12 +98,19 @@ export function blockingCheck<Body>(
   };
 }
 
-/** The twin of a refund script with blocks: a refund changes counts only, never a block. */
-export function blockingRefund<Body>(
-  refund: (body: Body | undefined, args: ScriptArgs) => MemoryResult<Body>,
+/**
+ * The twin of a settle script with blocks: a settlement changes counts only, never starts or
+ * lifts a block. Giving back keeps the marker as it is; a charge is a counting write, which drops
+ * an expired marker.
+ */
+export function blockingSettle<Body>(
+  settle: (body: Body | undefined, args: ScriptArgs) => MemoryResult<Body>,
 ): (stored: Stored<Body> | undefined, args: ScriptArgs) => MemoryResult<Stored<Body>> {
   return (stored, args) => {
-    const result = refund(stored?.body, args);
-    return { reply: result.reply, state: storedWithBlock(stored, stored?.blockedUntil ?? 0, result.state), expiresAt: result.expiresAt };
+    const result = settle(stored?.body, args);
+    const until = stored?.blockedUntil ?? 0;
+    const charged = result.reply[SETTLE_REPLY.charged] > 0 && !args.dryRun;
+    const blockedUntil = charged && until <= args.now ? 0 : until;
+    return { ...result, state: storedWithBlock(stored, blockedUntil, result.state) };
   };
 }

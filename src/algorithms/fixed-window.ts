@@ -1,6 +1,7 @@
-import { checkReply, pushTier, refundReply } from '../protocol';
-import { blockingCheck, blockingRefund, type Stored } from './block';
-import { checkLua, refundLua } from './prelude';
+import { checkReply, pushTier, settleReply } from '../protocol';
+import { blockingCheck, blockingSettle, type Stored } from './block';
+import { checkWithLease } from './lease';
+import { checkLua, settleLua } from './prelude';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -91,46 +92,84 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
   return { reply, state: next, expiresAt };
 }
 
-const REFUND = refundLua(
+const SETTLE = settleLua(
   '',
   `
--- Takes back cost units counted at countedAt from each tier whose window has not ended since. Never below 0.
+-- Settles a check that counted cost units at countedAt to actualCost. Less: gives the difference
+-- back to each tier whose window has not ended since, never below 0. More: charges the difference
+-- to the current windows, past the limit if need be; the key lives at least until the longest
+-- tier's current window ends.
 local value = redis.call('GET', key)
-if not value then return refundReply(0) end
 local blockedUntil, body = readBlocked(value)
 local saved = readCounters(body)
-local taken = 0
-for i = 1, tiers do
-  if saved[2 * i - 1] == math.floor(countedAt / windows[i]) then
-    local back = math.min(cost, saved[2 * i])
-    saved[2 * i] = saved[2 * i] - back
-    taken = taken + back
+local givenBack, charged = 0, 0
+if actualCost < cost and value then
+  for i = 1, tiers do
+    if saved[2 * i - 1] == math.floor(countedAt / windows[i]) then
+      local back = math.min(cost - actualCost, saved[2 * i])
+      saved[2 * i] = saved[2 * i] - back
+      givenBack = givenBack + back
+    end
+  end
+  if givenBack > 0 and not dryRun then
+    local parts = {}
+    for i = 1, #saved / 2 do parts[i] = base36(saved[2 * i - 1]) .. ':' .. base36(saved[2 * i]) end
+    redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
+  end
+elseif actualCost > cost then
+  charged = actualCost - cost
+  if not dryRun then
+    local parts = {}
+    local expiry = 0
+    for i = 1, tiers do
+      local index = math.floor(now / windows[i])
+      local count = 0
+      if saved[2 * i - 1] == index then count = saved[2 * i] end
+      parts[i] = base36(index) .. ':' .. base36(count + charged)
+      local left = (index + 1) * windows[i] - now
+      if left > expiry then expiry = left end
+    end
+    local ttl = redis.call('PTTL', key)
+    if ttl < expiry then ttl = expiry end
+    redis.call('SET', key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), 'PX', ttl)
   end
 end
-if taken > 0 and not dryRun then
-  local parts = {}
-  for i = 1, #saved / 2 do parts[i] = base36(saved[2 * i - 1]) .. ':' .. base36(saved[2 * i]) end
-  redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
-end
-return refundReply(taken)
+return settleReply(givenBack, charged)
 `,
 );
 
-function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }: ScriptArgs): MemoryResult<number[]> {
-  if (state === undefined) return { reply: refundReply(0), state, expiresAt: undefined };
-  const next = [...state];
-  let taken = 0;
-  for (let i = 0; i < tiers.length && 2 * i < state.length; i++) {
-    if (state[2 * i] !== Math.floor(countedAt / tiers[i].window)) continue;
-    const back = Math.min(cost, next[2 * i + 1]);
-    next[2 * i + 1] -= back;
-    taken += back;
+function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, actualCost, tiers }: ScriptArgs): MemoryResult<number[]> {
+  if (actualCost < cost) {
+    if (state === undefined) return { reply: settleReply(0, 0), state, expiresAt: undefined };
+    const next = [...state];
+    let givenBack = 0;
+    for (let i = 0; i < tiers.length && 2 * i < state.length; i++) {
+      if (state[2 * i] !== Math.floor(countedAt / tiers[i].window)) continue;
+      const back = Math.min(cost - actualCost, next[2 * i + 1]);
+      next[2 * i + 1] -= back;
+      givenBack += back;
+    }
+    return { reply: settleReply(givenBack, 0), state: givenBack > 0 && !dryRun ? next : state, expiresAt: undefined };
   }
-  return { reply: refundReply(taken), state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
+  const charged = actualCost - cost;
+  if (charged === 0 || dryRun) return { reply: settleReply(0, charged), state, expiresAt: undefined };
+  const next = new Array<number>(2 * tiers.length);
+  let expiry = 0;
+  for (let i = 0; i < tiers.length; i++) {
+    const { window } = tiers[i];
+    const index = Math.floor(now / window);
+    next[2 * i] = index;
+    next[2 * i + 1] = (state !== undefined && state[2 * i] === index ? state[2 * i + 1] : 0) + charged;
+    expiry = Math.max(expiry, (index + 1) * window - now);
+  }
+  return state === undefined
+    ? { reply: settleReply(0, charged), state: next, expiresAt: now + expiry }
+    : { reply: settleReply(0, charged), state: next, expiresAt: undefined, minExpiresAt: now + expiry };
 }
 
 export const fixedWindow: AlgorithmScripts<FixedWindowState> = {
   algorithm: 'fixed-window',
-  check: { ...CHECK, apply: blockingCheck(check) },
-  refund: { lua: REFUND, apply: blockingRefund(refund) },
+  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, apply: blockingCheck(check) },
+  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
+  settle: { lua: SETTLE, apply: blockingSettle(settle) },
 };

@@ -1,7 +1,8 @@
-import { checkReply, pushTier, refundReply } from '../protocol';
+import { checkReply, pushTier, settleReply } from '../protocol';
 import { longestWindow } from '../tiers';
-import { blockingCheck, blockingRefund, type Stored } from './block';
-import { checkLua, refundLua } from './prelude';
+import { blockingCheck, blockingSettle, type Stored } from './block';
+import { checkWithLease } from './lease';
+import { checkLua, settleLua } from './prelude';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -22,17 +23,38 @@ export type SlidingLogState = Stored<number[]>;
 /** Members added per ZADD, well inside Lua's stack limit for `unpack`. */
 const ZADD_BATCH = 500;
 
+const LUA_ENTRIES = `
+-- Adds units log entries at now, named 'time:sequence' from the sequence kept in the member '#'.
+local function addEntries(key, now, units)
+  local last = -tonumber(redis.call('ZINCRBY', key, -units, '#'))
+  local first = last - units + 1
+  while first <= last do
+    local args = {}
+    local stop = math.min(last, first + ${ZADD_BATCH - 1})
+    for sequence = first, stop do
+      args[#args + 1] = now
+      args[#args + 1] = string.format('%d:%d', now, sequence)
+    end
+    redis.call('ZADD', key, unpack(args))
+    first = stop + 1
+  end
+end
+-- The end of the identifier's block: the member '!', scored minus that moment; 0 for none.
+local function blockedUntilOf(key)
+  local marker = redis.call('ZSCORE', key, '!')
+  if marker then return -tonumber(marker) end
+  return 0
+end
+`;
+
 const CHECK = checkLua(
-  '',
+  LUA_ENTRIES,
   `
   -- Stored at the key, a sorted set: one member 'time:sequence' scored by its time per counted
   -- unit, the member '#' scored minus the last sequence used, and, while blocked, the member '!'
   -- scored minus the end of the block; expires one longest window after the last counting check
   -- (or when a longer block ends).
-  -- A block is the member '!', scored minus the moment it ends.
-  local blockedUntil = 0
-  local marker = redis.call('ZSCORE', key, '!')
-  if marker then blockedUntil = -tonumber(marker) end
+  local blockedUntil = blockedUntilOf(key)
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   if not dryRun then redis.call('ZREMRANGEBYSCORE', key, 0, now - longest) end
@@ -48,18 +70,7 @@ const CHECK = checkLua(
   end
   if blocked then allowed = 0 end
   if allowed == 1 and cost > 0 and not dryRun then
-    local last = -tonumber(redis.call('ZINCRBY', key, -cost, '#'))
-    local first = last - cost + 1
-    while first <= last do
-      local args = {}
-      local stop = math.min(last, first + ${ZADD_BATCH - 1})
-      for sequence = first, stop do
-        args[#args + 1] = now
-        args[#args + 1] = string.format('%d:%d', now, sequence)
-      end
-      redis.call('ZADD', key, unpack(args))
-      first = stop + 1
-    end
+    addEntries(key, now, cost)
     for i = 1, tiers do counts[i] = counts[i] + cost end
     if blockedUntil > 0 then redis.call('ZREM', key, '!') end
     redis.call('PEXPIRE', key, longest)
@@ -140,29 +151,59 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
   return { reply, state: changed || counted ? next : state, expiresAt: counted ? now + longest : undefined };
 }
 
-const REFUND = refundLua(
-  '',
+const SETTLE = settleLua(
+  LUA_ENTRIES,
   `
--- Takes back cost log entries scored countedAt (the time they were counted at). Entries of one
--- millisecond differ only by name, so removing any of them leaves the same counts and waits.
-local entries = redis.call('ZRANGEBYSCORE', key, countedAt, countedAt, 'LIMIT', 0, cost)
-if #entries > 0 and not dryRun then redis.call('ZREM', key, unpack(entries)) end
-return refundReply(#entries)
+-- Settles a check that counted cost units at countedAt to actualCost. Less: removes the
+-- difference from the log entries scored countedAt (entries of one millisecond differ only by
+-- name, so removing any of them leaves the same counts and waits). More: trims the log like a
+-- counting check and adds the difference at now, past the limit if need be; the key lives at least
+-- one longest window.
+local givenBack, charged = 0, 0
+if actualCost < cost then
+  local entries = redis.call('ZRANGEBYSCORE', key, countedAt, countedAt, 'LIMIT', 0, cost - actualCost)
+  if #entries > 0 and not dryRun then redis.call('ZREM', key, unpack(entries)) end
+  givenBack = #entries
+elseif actualCost > cost then
+  charged = actualCost - cost
+  if not dryRun then
+    local blockedUntil = blockedUntilOf(key)
+    redis.call('ZREMRANGEBYSCORE', key, 0, now - longest)
+    addEntries(key, now, charged)
+    if blockedUntil > 0 and blockedUntil <= now then redis.call('ZREM', key, '!') end
+    local ttl = redis.call('PTTL', key)
+    if ttl < longest then ttl = longest end
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+return settleReply(givenBack, charged)
 `,
 );
 
-function refund(state: number[] | undefined, { cost, dryRun, countedAt }: ScriptArgs): MemoryResult<number[]> {
-  if (state === undefined) return { reply: refundReply(0), state, expiresAt: undefined };
-  const from = firstAbove(state, countedAt - 1);
-  let taken = 0;
-  while (taken < cost && from + taken < state.length && state[from + taken] === countedAt) taken++;
-  if (taken === 0 || dryRun) return { reply: refundReply(taken), state, expiresAt: undefined };
-  const next = [...state.slice(0, from), ...state.slice(from + taken)];
-  return { reply: refundReply(taken), state: next.length === 0 ? undefined : next, expiresAt: undefined };
+function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, actualCost, tiers }: ScriptArgs): MemoryResult<number[]> {
+  if (actualCost < cost) {
+    if (state === undefined) return { reply: settleReply(0, 0), state, expiresAt: undefined };
+    const from = firstAbove(state, countedAt - 1);
+    let givenBack = 0;
+    while (givenBack < cost - actualCost && from + givenBack < state.length && state[from + givenBack] === countedAt) givenBack++;
+    if (givenBack === 0 || dryRun) return { reply: settleReply(givenBack, 0), state, expiresAt: undefined };
+    const next = [...state.slice(0, from), ...state.slice(from + givenBack)];
+    return { reply: settleReply(givenBack, 0), state: next.length === 0 ? undefined : next, expiresAt: undefined };
+  }
+  const charged = actualCost - cost;
+  if (charged === 0 || dryRun) return { reply: settleReply(0, charged), state, expiresAt: undefined };
+  const longest = longestWindow(tiers);
+  const log = state === undefined ? [] : state.slice(firstAbove(state, now - longest));
+  const at = firstAbove(log, now);
+  const next = [...log.slice(0, at), ...new Array<number>(charged).fill(now), ...log.slice(at)];
+  return state === undefined
+    ? { reply: settleReply(0, charged), state: next, expiresAt: now + longest }
+    : { reply: settleReply(0, charged), state: next, expiresAt: undefined, minExpiresAt: now + longest };
 }
 
 export const slidingLog: AlgorithmScripts<SlidingLogState> = {
   algorithm: 'sliding-log',
-  check: { ...CHECK, apply: blockingCheck(check) },
-  refund: { lua: REFUND, apply: blockingRefund(refund) },
+  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, apply: blockingCheck(check) },
+  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
+  settle: { lua: SETTLE, apply: blockingSettle(settle) },
 };

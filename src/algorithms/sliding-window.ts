@@ -1,7 +1,8 @@
-import { checkReply, pushTier, refundReply } from '../protocol';
+import { checkReply, pushTier, settleReply } from '../protocol';
 import { longestWindow } from '../tiers';
-import { blockingCheck, blockingRefund, type Stored } from './block';
-import { checkLua, refundLua } from './prelude';
+import { blockingCheck, blockingSettle, type Stored } from './block';
+import { checkWithLease } from './lease';
+import { checkLua, settleLua } from './prelude';
 import { remainingOf } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
@@ -158,55 +159,103 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
   return { reply, state: next, expiresAt };
 }
 
-const REFUND = refundLua(
-  LUA_WAIT,
+const SETTLE = settleLua(
+  '',
   `
--- Takes back cost units counted at countedAt: from 'current' while the tier's window has not
--- rolled since, from 'previous' after it rolled once, from nothing after that. Never below 0.
+-- Settles a check that counted cost units at countedAt to actualCost. Less: gives the difference
+-- back from 'current' while the tier's window has not rolled since, from 'previous' after it rolled
+-- once, from nothing after that, never below 0. More: charges the difference now, past the limit if
+-- need be, and the key lives at least as long as a counting check makes it.
 local value = redis.call('GET', key)
-if not value then return refundReply(0) end
 local blockedUntil, body = readBlocked(value)
 local saved = readCounters(body)
-local taken = 0
-for i = 1, tiers do
-  local savedIndex = saved[3 * i - 2]
-  if savedIndex then
-    local index = math.floor(countedAt / windows[i])
-    local slot = 0
-    if savedIndex == index then slot = 3 * i - 1 elseif savedIndex == index + 1 then slot = 3 * i end
-    if slot > 0 then
-      local back = math.min(cost, saved[slot])
-      saved[slot] = saved[slot] - back
-      taken = taken + back
+local givenBack, charged = 0, 0
+if actualCost < cost and value then
+  local units = cost - actualCost
+  for i = 1, tiers do
+    local savedIndex = saved[3 * i - 2]
+    if savedIndex then
+      local index = math.floor(countedAt / windows[i])
+      local slot = 0
+      if savedIndex == index then slot = 3 * i - 1 elseif savedIndex == index + 1 then slot = 3 * i end
+      if slot > 0 then
+        local back = math.min(units, saved[slot])
+        saved[slot] = saved[slot] - back
+        givenBack = givenBack + back
+      end
     end
   end
+  if givenBack > 0 and not dryRun then
+    local parts = {}
+    for i = 1, #saved / 3 do parts[i] = base36(saved[3 * i - 2]) .. ':' .. base36(saved[3 * i - 1]) .. ':' .. base36(saved[3 * i]) end
+    redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
+  end
+elseif actualCost > cost then
+  charged = actualCost - cost
+  if not dryRun then
+    local parts = {}
+    for i = 1, tiers do
+      local index = math.floor(now / windows[i])
+      local c, p = 0, 0
+      local savedIndex = saved[3 * i - 2]
+      if savedIndex == index then
+        c, p = saved[3 * i - 1], saved[3 * i]
+      elseif savedIndex == index - 1 then
+        p = saved[3 * i - 1]
+      end
+      parts[i] = base36(index) .. ':' .. base36(c + charged) .. ':' .. base36(p)
+    end
+    local ttl = redis.call('PTTL', key)
+    if ttl < 2 * longest then ttl = 2 * longest end
+    redis.call('SET', key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), 'PX', ttl)
+  end
 end
-if taken > 0 and not dryRun then
-  local parts = {}
-  for i = 1, #saved / 3 do parts[i] = base36(saved[3 * i - 2]) .. ':' .. base36(saved[3 * i - 1]) .. ':' .. base36(saved[3 * i]) end
-  redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
-end
-return refundReply(taken)
+return settleReply(givenBack, charged)
 `,
 );
 
-function refund(state: number[] | undefined, { cost, dryRun, countedAt, tiers }: ScriptArgs): MemoryResult<number[]> {
-  if (state === undefined) return { reply: refundReply(0), state, expiresAt: undefined };
-  const next = [...state];
-  let taken = 0;
-  for (let i = 0; i < tiers.length && 3 * i < state.length; i++) {
-    const index = Math.floor(countedAt / tiers[i].window);
-    const slot = state[3 * i] === index ? 3 * i + 1 : state[3 * i] === index + 1 ? 3 * i + 2 : -1;
-    if (slot < 0) continue;
-    const back = Math.min(cost, next[slot]);
-    next[slot] -= back;
-    taken += back;
+function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, actualCost, tiers }: ScriptArgs): MemoryResult<number[]> {
+  if (actualCost < cost) {
+    if (state === undefined) return { reply: settleReply(0, 0), state, expiresAt: undefined };
+    const next = [...state];
+    let givenBack = 0;
+    for (let i = 0; i < tiers.length && 3 * i < state.length; i++) {
+      const index = Math.floor(countedAt / tiers[i].window);
+      const slot = state[3 * i] === index ? 3 * i + 1 : state[3 * i] === index + 1 ? 3 * i + 2 : -1;
+      if (slot < 0) continue;
+      const back = Math.min(cost - actualCost, next[slot]);
+      next[slot] -= back;
+      givenBack += back;
+    }
+    return { reply: settleReply(givenBack, 0), state: givenBack > 0 && !dryRun ? next : state, expiresAt: undefined };
   }
-  return { reply: refundReply(taken), state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
+  const charged = actualCost - cost;
+  if (charged === 0 || dryRun) return { reply: settleReply(0, charged), state, expiresAt: undefined };
+  const next = new Array<number>(3 * tiers.length);
+  for (let i = 0; i < tiers.length; i++) {
+    const index = Math.floor(now / tiers[i].window);
+    let c = 0;
+    let p = 0;
+    if (state !== undefined && state[3 * i] === index) {
+      c = state[3 * i + 1];
+      p = state[3 * i + 2];
+    } else if (state !== undefined && state[3 * i] === index - 1) {
+      p = state[3 * i + 1];
+    }
+    next[3 * i] = index;
+    next[3 * i + 1] = c + charged;
+    next[3 * i + 2] = p;
+  }
+  // Like the script's PX: at least a counting check's expiry, longer when the key already lives longer.
+  const livesUntil = now + 2 * longestWindow(tiers);
+  return state === undefined
+    ? { reply: settleReply(0, charged), state: next, expiresAt: livesUntil }
+    : { reply: settleReply(0, charged), state: next, expiresAt: undefined, minExpiresAt: livesUntil };
 }
 
 export const slidingWindow: AlgorithmScripts<SlidingWindowState> = {
   algorithm: 'sliding-window',
-  check: { ...CHECK, apply: blockingCheck(check) },
-  refund: { lua: REFUND, apply: blockingRefund(refund) },
+  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, apply: blockingCheck(check) },
+  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
+  settle: { lua: SETTLE, apply: blockingSettle(settle) },
 };

@@ -1,6 +1,7 @@
-import { checkReply, pushTier, refundReply } from '../protocol';
-import { blockingCheck, blockingRefund, type Stored } from './block';
-import { checkLua, refundLua } from './prelude';
+import { checkReply, pushTier, settleReply } from '../protocol';
+import { blockingCheck, blockingSettle, type Stored } from './block';
+import { checkWithLease } from './lease';
+import { checkLua, settleLua } from './prelude';
 import { remainingOf } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
@@ -179,61 +180,102 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
   return { reply, state: next, expiresAt };
 }
 
-const REFUND = refundLua(
+const SETTLE = settleLua(
   LUA_TAT,
   `
--- Takes back cost units counted at countedAt from each tier whose bucket may still hold them
--- (a unit drains within one window of being counted): the TAT moves back, never before now.
+-- Settles a check that counted cost units at countedAt to actualCost. Less: takes the difference
+-- back from each tier whose bucket may still hold it (a unit drains within one window of being
+-- counted): the TAT moves back, never before now. More: moves every TAT later by the difference,
+-- past the bucket's size if need be (a debt the next requests wait out); the key lives at least
+-- until every bucket is full again.
 local value = redis.call('GET', key)
-if not value then return refundReply(0) end
 local blockedUntil, body = readBlocked(value)
 local saved = readTats(body)
-local taken = 0
-for i = 1, math.min(tiers, #saved) do
-  local m, r = tatAt(saved[i], limits[i], now)
-  if now < countedAt + windows[i] and (m > now or r > 0) then
-    local step, limit = cost * windows[i], limits[i]
-    m, r = m - math.floor(step / limit), r - step % limit
-    if r < 0 then m, r = m - 1, r + limit end
-    if m < now then m, r = now, 0 end
-    saved[i] = { m, r }
-    taken = taken + cost
+local givenBack, charged = 0, 0
+if actualCost < cost and value then
+  local units = cost - actualCost
+  for i = 1, math.min(tiers, #saved) do
+    local m, r = tatAt(saved[i], limits[i], now)
+    if now < countedAt + windows[i] and (m > now or r > 0) then
+      local step, limit = units * windows[i], limits[i]
+      m, r = m - math.floor(step / limit), r - step % limit
+      if r < 0 then m, r = m - 1, r + limit end
+      if m < now then m, r = now, 0 end
+      saved[i] = { m, r }
+      givenBack = givenBack + units
+    end
+  end
+  if givenBack > 0 and not dryRun then
+    local parts = {}
+    for i = 1, #saved do parts[i] = encode(saved[i][1], saved[i][2]) end
+    redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
+  end
+elseif actualCost > cost then
+  charged = actualCost - cost
+  if not dryRun then
+    local parts = {}
+    local expiry = 0
+    for i = 1, tiers do
+      local m, r = tatAt(saved[i], limits[i], now)
+      m, r = advance(m, r, charged, limits[i], windows[i])
+      parts[i] = encode(m, r)
+      local full = m - now
+      if r > 0 then full = full + 1 end
+      if full > expiry then expiry = full end
+    end
+    local ttl = redis.call('PTTL', key)
+    if ttl < expiry then ttl = expiry end
+    redis.call('SET', key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), 'PX', ttl)
   end
 end
-if taken > 0 and not dryRun then
-  local parts = {}
-  for i = 1, #saved do parts[i] = encode(saved[i][1], saved[i][2]) end
-  redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
-end
-return refundReply(taken)
+return settleReply(givenBack, charged)
 `,
 );
 
-function refund(state: number[] | undefined, { now, cost, dryRun, countedAt, tiers }: ScriptArgs): MemoryResult<number[]> {
-  if (state === undefined) return { reply: refundReply(0), state, expiresAt: undefined };
-  const next = [...state];
-  let taken = 0;
-  for (let i = 0; i < tiers.length && 2 * i < state.length; i++) {
-    const { limit, window } = tiers[i];
-    let [m, r] = tatAt(savedTat(state, i), limit, now);
-    if (now >= countedAt + window || (m <= now && r === 0)) continue;
-    const step = cost * window;
-    m -= Math.floor(step / limit);
-    r -= step % limit;
-    if (r < 0) {
-      m -= 1;
-      r += limit;
+function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, actualCost, tiers }: ScriptArgs): MemoryResult<number[]> {
+  if (actualCost < cost) {
+    if (state === undefined) return { reply: settleReply(0, 0), state, expiresAt: undefined };
+    const units = cost - actualCost;
+    const next = [...state];
+    let givenBack = 0;
+    for (let i = 0; i < tiers.length && 2 * i < state.length; i++) {
+      const { limit, window } = tiers[i];
+      let [m, r] = tatAt(savedTat(state, i), limit, now);
+      if (now >= countedAt + window || (m <= now && r === 0)) continue;
+      const step = units * window;
+      m -= Math.floor(step / limit);
+      r -= step % limit;
+      if (r < 0) {
+        m -= 1;
+        r += limit;
+      }
+      if (m < now) [m, r] = [now, 0];
+      next[2 * i] = m;
+      next[2 * i + 1] = r;
+      givenBack += units;
     }
-    if (m < now) [m, r] = [now, 0];
+    return { reply: settleReply(givenBack, 0), state: givenBack > 0 && !dryRun ? next : state, expiresAt: undefined };
+  }
+  const charged = actualCost - cost;
+  if (charged === 0 || dryRun) return { reply: settleReply(0, charged), state, expiresAt: undefined };
+  const next = new Array<number>(2 * tiers.length);
+  let expiry = 0;
+  for (let i = 0; i < tiers.length; i++) {
+    const { limit, window } = tiers[i];
+    const [m0, r0] = tatAt(savedTat(state, i), limit, now);
+    const [m, r] = advance(m0, r0, charged, limit, window);
     next[2 * i] = m;
     next[2 * i + 1] = r;
-    taken += cost;
+    expiry = Math.max(expiry, m - now + (r > 0 ? 1 : 0));
   }
-  return { reply: refundReply(taken), state: taken > 0 && !dryRun ? next : state, expiresAt: undefined };
+  return state === undefined
+    ? { reply: settleReply(0, charged), state: next, expiresAt: now + expiry }
+    : { reply: settleReply(0, charged), state: next, expiresAt: undefined, minExpiresAt: now + expiry };
 }
 
 export const tokenBucket: AlgorithmScripts<TokenBucketState> = {
   algorithm: 'token-bucket',
-  check: { ...CHECK, apply: blockingCheck(check) },
-  refund: { lua: REFUND, apply: blockingRefund(refund) },
+  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, apply: blockingCheck(check) },
+  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
+  settle: { lua: SETTLE, apply: blockingSettle(settle) },
 };

@@ -1,3 +1,4 @@
+import type { LeaseCall } from '../protocol';
 import type { Tier } from '../tiers';
 
 /** The name of a rate-limiting algorithm, as given in the `algorithm` option. */
@@ -18,9 +19,13 @@ export interface ScriptArgs {
   readonly dryRun: boolean;
   /** Milliseconds an identifier stays refused once a check denies it; 0 for no block. */
   readonly blockFor: number;
-  /** When the units a refund gives back were counted (epoch ms); 0 for a check. */
+  /** When the check being settled counted its `cost` (epoch ms); 0 for a check. */
   readonly countedAt: number;
+  /** What the check being settled turned out to cost; 0 for a check. */
+  readonly actualCost: number;
   readonly tiers: readonly Tier[];
+  /** The lease a check takes, or that a release or renewal names (see `lease.ts`). */
+  readonly lease?: LeaseCall;
 }
 
 /** The TypeScript twin's result: the reply, and the state to keep (undefined: delete it). */
@@ -55,5 +60,38 @@ export interface CheckScript<State = unknown> extends Script<State> {
 export interface AlgorithmScripts<State = unknown> {
   readonly algorithm: AlgorithmName;
   readonly check: CheckScript<State>;
-  readonly refund: Script<State>;
+  /**
+   * Settles a check that counted `cost` at `countedAt` to `actualCost`: gives back the difference
+   * from the windows it was counted in when lower (a refund settles to 0), charges it now, past the
+   * limit if need be, when higher.
+   */
+  readonly settle: Script<State>;
+  /** The check that also takes a lease, for a limiter with `concurrency`. */
+  readonly leaseCheck: LeaseCheckScript<State>;
+}
+
+/** The live leases of an identifier: each lease's id, and the moment it expires. */
+export type LeaseState = ReadonlyMap<string, number>;
+
+/** What a script on a lease key does to it, as the MemoryStore keeps it. */
+export interface LeaseResult {
+  readonly reply: RawReply;
+  /** The leases to keep; undefined deletes the key. */
+  readonly leases: LeaseState | undefined;
+  /** The lease key must live at least until then (its expiry is raised, never lowered); undefined keeps it. */
+  readonly leasesLiveUntil: number | undefined;
+}
+
+/** A check that also takes a lease: the algorithm's check (on the rate key) and the lease key's twin, in one step. */
+export interface LeaseCheckScript<State = unknown> {
+  /** Takes `KEYS[1]` (the rate key) and `KEYS[2]` (the lease key). */
+  readonly lua: string;
+  apply(state: State | undefined, leases: LeaseState | undefined, args: ScriptArgs): MemoryResult<State> & LeaseResult;
+}
+
+/** A script on a lease key alone (release, renewal). */
+export interface LeaseScript {
+  /** Takes `KEYS[1]` (the lease key). */
+  readonly lua: string;
+  apply(leases: LeaseState | undefined, args: ScriptArgs): LeaseResult;
 }

@@ -57,6 +57,7 @@ export class DenyCache {
     }
     return {
       allowed: false,
+      identifier: decision.identifier,
       limit: decision.limit,
       window: decision.window,
       remaining: decision.remaining,

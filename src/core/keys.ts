@@ -23,3 +23,18 @@ export function storeKey(keyPrefix: string, identifier: string): string {
   }
   return keyPrefix + identifier;
 }
+
+/**
+ * On a limiter with `concurrency`, an identifier's rate key is `{<prefix>:<identifier>}` and its
+ * lease key the same with `:leases`: both start with the same braces, so Redis Cluster hashes them
+ * to one slot (the hash tag is the text up to the first `}`, whatever the identifier holds), and the
+ * script that decides both bounds touches a single slot.
+ */
+export function rateKeyWithLeases(key: string): string {
+  return `{${key}}`;
+}
+
+/** The lease key beside a rate key made by {@link rateKeyWithLeases}. */
+export function leaseKeyOf(rateKey: string): string {
+  return `${rateKey}:leases`;
+}

@@ -22,6 +22,8 @@ export const DEFAULT_PREFIX = 'rl';
 export const DEFAULT_TIMEOUT_MS = 500;
 export const DEFAULT_DENY_CACHE_SIZE = 10_000;
 export const DEFAULT_COST = 1;
+/** How long a lease (a request in progress under `concurrency`) lives unless renewed or released. */
+export const DEFAULT_LEASE_MS = 60_000;
 
 /** Every key of {@link LimiterOptions}; the adapters' option lists extend it. */
 export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
@@ -36,6 +38,8 @@ export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
   denyCacheSize: true,
   blockFor: true,
   shadow: true,
+  concurrency: true,
+  leaseMs: true,
 };
 export const LIMITER_OPTIONS = keysOf<LimiterOptions>(LIMITER_OPTION_KEYS);
 
@@ -51,14 +55,30 @@ export interface ResolvedLimiterOptions {
   /** Milliseconds; 0 for none. */
   readonly blockFor: number;
   readonly shadow: boolean;
+  /** Most requests in progress per identifier; 0 for no bound. */
+  readonly concurrency: number;
+  /** Milliseconds a lease lives unless renewed or released (only with `concurrency`). */
+  readonly leaseMs: number;
 }
 
 /** Validates `options` (whose unknown keys the caller has already rejected) and applies the defaults. */
 export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterOptions {
-  const tiers = Object.freeze(resolveTiers(options));
+  const concurrency = options.concurrency === undefined ? 0 : positiveInteger(options.concurrency, 'concurrency');
+  if (concurrency === 0 && options.leaseMs !== undefined) {
+    throw new OptionError('SWL_CONFLICTING_OPTIONS', 'leaseMs: takes effect with concurrency only: give concurrency too, or drop leaseMs');
+  }
+  // A bound on requests in progress alone: no rate tiers unless some are given.
+  const rateless = concurrency > 0 && options.limit === undefined && options.window === undefined && options.limits === undefined;
+  const tiers = Object.freeze(rateless ? [] : resolveTiers(options));
   const store = options.store ?? new MemoryStore();
-  if (typeof store.check !== 'function' || typeof store.refund !== 'function' || typeof store.reset !== 'function') {
+  if (typeof store.check !== 'function' || typeof store.settle !== 'function' || typeof store.reset !== 'function') {
     throw new OptionError('SWL_INVALID_STORE', 'store: must be a RedisStore, a MemoryStore or another Store implementation');
+  }
+  if (concurrency > 0 && (typeof store.checkLease !== 'function' || typeof store.changeLease !== 'function')) {
+    throw new OptionError(
+      'SWL_INVALID_STORE',
+      'store: concurrency needs a store that keeps leases (checkLease and changeLease), as RedisStore and MemoryStore do',
+    );
   }
   return {
     store,
@@ -71,6 +91,8 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
       options.denyCacheSize === undefined ? DEFAULT_DENY_CACHE_SIZE : nonNegativeInteger(options.denyCacheSize, 'denyCacheSize'),
     blockFor: options.blockFor === undefined || options.blockFor === 0 ? 0 : parseDuration(options.blockFor, 'blockFor'),
     shadow: oneOf(options.shadow ?? false, [true, false], 'shadow'),
+    concurrency,
+    leaseMs: options.leaseMs === undefined ? DEFAULT_LEASE_MS : parseDuration(options.leaseMs, 'leaseMs'),
   };
 }
 
@@ -84,13 +106,17 @@ function resolvePrefix(prefix: unknown): string {
   return prefix;
 }
 
-/** Returns `cost` if it is an integer from 0 to `smallest`, else throws naming `cost`. */
-export function validateCost(cost: unknown, smallest: number): number {
-  if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 0 || cost > smallest) {
-    throw new OptionError(
-      'SWL_INVALID_COST',
-      `cost: must be an integer from 0 to ${smallest} (the smallest limit), got ${describeValue(cost)}`,
-    );
+/**
+ * Returns `cost` if it is a non-negative integer (and, for a fixed `cost` option, at most
+ * `smallest`, the smallest limit), else throws naming `cost`. A cost computed per request or
+ * per call may exceed the limit: that request is refused, as the client's doing, not the app's.
+ */
+export function validateCost(cost: unknown, smallest = Infinity, option = 'cost'): number {
+  if (typeof cost !== 'number' || !Number.isSafeInteger(cost) || cost < 0) {
+    throw new OptionError('SWL_INVALID_COST', `${option}: must be a non-negative integer, got ${describeValue(cost)}`);
+  }
+  if (cost > smallest) {
+    throw new OptionError('SWL_INVALID_COST', `cost: a fixed cost must be at most ${smallest} (the smallest limit), got ${cost}`);
   }
   return cost;
 }

@@ -1,17 +1,20 @@
+import { randomBytes } from 'node:crypto';
 import { ALGORITHMS } from '../algorithms';
-import type { AlgorithmName, AlgorithmScripts, RawReply } from '../algorithms/types';
+import { RELEASE, RENEW } from '../algorithms/lease';
+import type { AlgorithmName, AlgorithmScripts, LeaseScript, RawReply } from '../algorithms/types';
 import { type Done, settling } from '../async';
 import { OptionError } from '../errors';
-import type { ScriptCall } from '../protocol';
+import { LEASE_CHANGE_REPLY, type LeaseCall, type ScriptCall } from '../protocol';
 import type { CallbackStore, Store } from '../stores/types';
 import { resolveTiers, smallestLimit, type Tier } from '../tiers';
-import { checkOptions, describeValue, keysOf } from '../validate';
+import { checkOptions, describeValue, type KnownKeys, keysOf, nonNegativeInteger, positiveInteger } from '../validate';
 import { Deadlines } from './deadlines';
-import { blockedMsOf, decodeDecision } from './decision';
+import { blockedMsOf, decodeDecision, neverAllowed } from './decision';
 import { DenyCache } from './deny-cache';
-import { storeKey } from './keys';
+import { leaseKeyOf, rateKeyWithLeases, storeKey } from './keys';
 import { DEFAULT_COST, LIMITER_OPTIONS, type ResolvedLimiterOptions, resolveLimiterOptions, validateCost } from './limiter-options';
-import type { CheckOptions, Decision, Limiter, LimiterOptions } from './types';
+import type { CheckOptions, Decision, Lease, Limiter, LimiterOptions, WaitOptions } from './types';
+import { Waiters } from './wait';
 
 /**
  * The limiter as the HTTP layer uses it: the public {@link Limiter}, plus a check whose inputs
@@ -20,13 +23,21 @@ import type { CheckOptions, Decision, Limiter, LimiterOptions } from './types';
 export interface LimiterCore extends Limiter {
   /** The smallest limit among `tiers`: no single request may cost more. */
   readonly smallestLimit: number;
+  /** Milliseconds a lease lives unless renewed (with `concurrency`). */
+  readonly leaseMs: number;
   /**
    * Checks `identifier` with a validated `cost` and `tiers` (undefined: the limiter's own): no
    * option object to read, and no promise. A denial the deny cache holds is returned at once (and
    * `done` is not called), so a flood of refused requests is answered synchronously; otherwise
    * this returns undefined and `done` gets the decision.
    */
-  checkPrepared(identifier: string, cost: number, tiers: readonly Tier[] | undefined, done: Done<Decision>): Decision | undefined;
+  checkPrepared(
+    identifier: string,
+    cost: number,
+    tiers: readonly Tier[] | undefined,
+    done: Done<Decision>,
+    concurrency?: number,
+  ): Decision | undefined;
 }
 
 type CheckThen = CallbackStore['checkThen'];
@@ -40,13 +51,17 @@ class RateLimiter implements LimiterCore {
   readonly timeoutMs: number;
   readonly blockFor: number;
   readonly shadow: boolean;
+  readonly concurrency: number;
   readonly smallestLimit: number;
+  readonly leaseMs: number;
   private readonly scripts: AlgorithmScripts;
   private readonly clock: (() => number) | undefined;
   private readonly denyCache: DenyCache | undefined;
   private readonly keyPrefix: string;
   private readonly deadlines: Deadlines;
   private readonly storeCheck: CheckThen;
+  /** The callers of `wait`, made on its first use. */
+  private waiters: Waiters | undefined;
   /** The identifier {@link keyFor} was last asked for, and its key (primed with `''`, so never undefined). */
   private lastIdentifier: string;
   private lastKey: string;
@@ -60,11 +75,13 @@ class RateLimiter implements LimiterCore {
     this.clock = options.clock;
     this.blockFor = options.blockFor;
     this.shadow = options.shadow;
+    this.concurrency = options.concurrency;
+    this.leaseMs = options.leaseMs;
     this.storeCheck = checkThenOf(this.store);
     this.scripts = ALGORITHMS[this.algorithm];
     this.keyPrefix = `${this.prefix}:`;
     this.lastIdentifier = '';
-    this.lastKey = storeKey(this.keyPrefix, '');
+    this.lastKey = this.keyOf('');
     this.deadlines = new Deadlines(this.timeoutMs);
     this.smallestLimit = smallestLimit(this.tiers);
     this.denyCache = options.denyCacheSize > 0 ? new DenyCache(options.denyCacheSize) : undefined;
@@ -75,10 +92,15 @@ class RateLimiter implements LimiterCore {
     // same string object spares building it and, in the deny cache's Map, hashing it again (V8
     // keeps a string's hash in the string): the largest share of a cached denial's CPU time.
     if (identifier === this.lastIdentifier) return this.lastKey;
-    const key = storeKey(this.keyPrefix, identifier);
+    const key = this.keyOf(identifier);
     this.lastIdentifier = identifier;
     this.lastKey = key;
     return key;
+  }
+
+  private keyOf(identifier: string): string {
+    const key = storeKey(this.keyPrefix, identifier);
+    return this.concurrency > 0 ? rateKeyWithLeases(key) : key;
   }
 
   check(identifier: string, options?: CheckOptions): Promise<Decision> {
@@ -89,7 +111,13 @@ class RateLimiter implements LimiterCore {
     return this.checkOrPeek(identifier, options, true);
   }
 
-  checkPrepared(identifier: string, cost: number, tiers: readonly Tier[] | undefined, done: Done<Decision>): Decision | undefined {
+  checkPrepared(
+    identifier: string,
+    cost: number,
+    tiers: readonly Tier[] | undefined,
+    done: Done<Decision>,
+    concurrency = this.concurrency,
+  ): Decision | undefined {
     let key: string;
     try {
       key = this.keyFor(identifier);
@@ -97,35 +125,78 @@ class RateLimiter implements LimiterCore {
       done(error);
       return undefined;
     }
-    return this.checkKey(
-      key,
-      { now: this.clock?.(), cost, dryRun: false, blockFor: this.blockFor, countedAt: 0, tiers: tiers ?? this.tiers },
-      done,
-    );
+    const call: ScriptCall = {
+      now: this.clock?.(),
+      cost,
+      dryRun: false,
+      blockFor: this.blockFor,
+      countedAt: 0,
+      actualCost: 0,
+      tiers: tiers ?? this.tiers,
+      lease: this.leaseOf(concurrency),
+    };
+    if (cost > (tiers === undefined ? this.smallestLimit : smallestLimit(tiers))) {
+      this.refuseOversized(identifier, key, call, done);
+      return undefined;
+    }
+    return this.checkKey(identifier, key, call, done);
   }
 
   refund(identifier: string, decision: Decision): Promise<void> {
+    return this.settle(identifier, decision, 0);
+  }
+
+  settle(identifier: string, decision: Decision, actualCost: number): Promise<void> {
     let key: string;
     try {
       key = this.keyFor(identifier);
       checkDecision(decision);
+      validateCost(actualCost, Infinity, 'actualCost');
     } catch (error) {
       return Promise.reject(error);
     }
-    if (!decision.counted) return Promise.resolve();
+    // What the check counted: its cost if it counted (allowed, not a peek), else nothing.
+    const counted = decision.counted ? decision.cost : 0;
+    if (actualCost === counted) return Promise.resolve();
     this.denyCache?.delete(key);
     const call: ScriptCall = {
       now: this.clock?.(),
-      cost: decision.cost,
+      cost: counted,
       dryRun: false,
       blockFor: 0,
       countedAt: decision.now,
+      actualCost,
       tiers: decision.tiers,
     };
-    return this.bounded(this.store.refund(this.scripts, key, call)).then(() => {
-      // A check in flight may have cached a denial the refund has since made untrue.
+    return this.bounded(this.store.settle(this.scripts, key, call)).then(() => {
+      // A check in flight may have cached a denial the settlement has since made untrue.
       this.denyCache?.delete(key);
     });
+  }
+
+  wait(identifier: string, options?: WaitOptions): Promise<Decision> {
+    let callOptions: CheckOptions | undefined;
+    let maxWaitMs = Infinity;
+    let signal: AbortSignal | undefined;
+    try {
+      if (options !== undefined) {
+        checkOptions(options, WAIT_OPTIONS, 'wait');
+        const { maxWaitMs: bound, signal: abort, ...rest } = options;
+        if (bound !== undefined) maxWaitMs = nonNegativeInteger(bound, 'maxWaitMs');
+        if (abort !== undefined && !(abort instanceof AbortSignal)) {
+          throw new OptionError('SWL_INVALID_TYPE', `signal: must be an AbortSignal, got ${describeValue(abort)}`);
+        }
+        signal = abort;
+        callOptions = rest;
+      }
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    this.waiters ??= new Waiters(
+      (id, call) => this.check(id, call),
+      (id, decision) => this.refund(id, decision),
+    );
+    return this.waiters.wait(identifier, callOptions, maxWaitMs, signal);
   }
 
   reset(identifier: string): Promise<void> {
@@ -143,6 +214,7 @@ class RateLimiter implements LimiterCore {
     let key: string;
     let cost = DEFAULT_COST;
     let tiers = this.tiers;
+    let concurrency = this.concurrency;
     try {
       key = this.keyFor(identifier);
       if (options !== undefined) {
@@ -150,28 +222,44 @@ class RateLimiter implements LimiterCore {
         if (options.limit !== undefined || options.window !== undefined || options.limits !== undefined) {
           tiers = callTiers(options, this.tiers);
         }
-        if (options.cost !== undefined) {
-          cost = validateCost(options.cost, tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers));
-        }
+        if (options.cost !== undefined) cost = validateCost(options.cost);
+        if (options.concurrency !== undefined) concurrency = this.callConcurrency(options.concurrency);
       }
     } catch (error) {
       return Promise.reject(error);
     }
-    const call: ScriptCall = { now: this.clock?.(), cost, dryRun, blockFor: this.blockFor, countedAt: 0, tiers };
+    const lease = this.leaseOf(concurrency);
+    const call: ScriptCall = { now: this.clock?.(), cost, dryRun, blockFor: this.blockFor, countedAt: 0, actualCost: 0, tiers, lease };
     return new Promise((resolve, reject) => {
-      const cached = this.checkKey(key, call, settling(resolve, reject));
-      if (cached !== undefined) resolve(cached);
+      const done = settling(resolve, reject);
+      if (cost > (tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers))) this.refuseOversized(identifier, key, call, done);
+      else {
+        const cached = this.checkKey(identifier, key, call, done);
+        if (cached !== undefined) resolve(cached);
+      }
     });
   }
 
+  /**
+   * A cost above the smallest limit can never be allowed: it is refused without counting (and
+   * without starting a block), with the identifier's counts as a peek sees them.
+   */
+  private refuseOversized(identifier: string, key: string, call: ScriptCall, done: Done<Decision>): void {
+    const peek: ScriptCall = { ...call, cost: 0, dryRun: true };
+    const cached = this.checkKey(identifier, key, peek, (error, decision) =>
+      decision === undefined ? done(error) : done(undefined, neverAllowed(decision, call.cost)),
+    );
+    if (cached !== undefined) done(undefined, neverAllowed(cached, call.cost));
+  }
+
   /** The deny cache's answer if it holds one; else undefined, and `done` gets the store's. */
-  private checkKey(key: string, call: ScriptCall, done: Done<Decision>): Decision | undefined {
+  private checkKey(identifier: string, key: string, call: ScriptCall, done: Done<Decision>): Decision | undefined {
     if (this.denyCache !== undefined) {
       const denied = this.denyCache.get(key, call.cost, call.tiers, call.now ?? Date.now());
       if (denied !== undefined) return denied;
     }
     const pending = this.store.needsTimeout ? this.deadlines.start(done) : undefined;
-    this.storeCheck(this.scripts, key, call, (error, raw) => {
+    const answer: Done<RawReply> = (error, raw) => {
       // A reply after the deadline changes nothing: the caller has had its timeout error.
       if (pending !== undefined && !this.deadlines.finish(pending)) return;
       if (raw === undefined) {
@@ -180,23 +268,30 @@ class RateLimiter implements LimiterCore {
       }
       let decision: Decision;
       try {
-        decision = this.decisionOf(key, raw, call);
+        decision = this.decisionOf(identifier, key, raw, call);
       } catch (failure) {
         done(failure);
         return;
       }
       done(undefined, decision);
-    });
+    };
+    if (call.lease === undefined) this.storeCheck(this.scripts, key, call, answer);
+    else (this.store as Required<Store>).checkLease(this.scripts, key, leaseKeyOf(key), call).then((raw) => answer(undefined, raw), answer);
     return undefined;
   }
 
   /** Decodes a check's reply, and keeps the deny cache true to it. */
-  private decisionOf(key: string, raw: RawReply, call: ScriptCall): Decision {
-    const decision = decodeDecision(raw, { tiers: call.tiers, cost: call.cost, dryRun: call.dryRun, shadow: this.shadow });
+  private decisionOf(identifier: string, key: string, raw: RawReply, call: ScriptCall): Decision {
+    const { tiers, cost, dryRun, lease } = call;
+    let decision = decodeDecision(raw, { identifier, tiers, cost, dryRun, shadow: this.shadow, concurrency: lease?.concurrency ?? 0 });
+    if (lease !== undefined && decision.allowed && !dryRun) {
+      decision = { ...decision, lease: new HeldLease(this, leaseKeyOf(key), lease.id) };
+    }
     if (this.denyCache !== undefined) {
       // With blockFor, only a blocked denial may be cached: another would answer the next check
-      // without the script that starts (or, once a block has ended, renews) the block.
-      if (!decision.allowed && (this.blockFor === 0 || decision.blocked)) {
+      // without the script that starts (or, once a block has ended, renews) the block. A refusal
+      // by the concurrency bound is never cached: a release may make it untrue at any moment.
+      if (!decision.allowed && (this.blockFor === 0 || decision.blocked) && decision.concurrency?.refused !== true) {
         this.denyCache.remember(key, decision, call.now ?? Date.now(), blockedMsOf(raw));
       }
       // Counting pushes back when a cached denial (of another cost) could first be allowed.
@@ -207,6 +302,66 @@ class RateLimiter implements LimiterCore {
 
   private bounded<T>(promise: Promise<T>): Promise<T> {
     return this.store.needsTimeout ? this.deadlines.bound(promise) : promise;
+  }
+
+  /** The lease a check asks for under a bound of `concurrency` (0: none). */
+  private leaseOf(concurrency: number): LeaseCall | undefined {
+    return concurrency > 0 ? { concurrency, leaseMs: this.leaseMs, id: newLeaseId() } : undefined;
+  }
+
+  /** A call's own bound on requests in progress: only on a limiter that keeps leases. */
+  private callConcurrency(concurrency: unknown): number {
+    if (this.concurrency === 0) {
+      throw new OptionError(
+        'SWL_CONFLICTING_OPTIONS',
+        'concurrency: a call may change the bound only on a limiter created with concurrency',
+      );
+    }
+    return positiveInteger(concurrency, 'concurrency');
+  }
+
+  /** Releases or renews a lease; true when it was live. */
+  changeLease(script: LeaseScript, leaseKey: string, id: string): Promise<boolean> {
+    const call: ScriptCall = {
+      now: this.clock?.(),
+      cost: 0,
+      dryRun: false,
+      blockFor: 0,
+      countedAt: 0,
+      actualCost: 0,
+      tiers: NO_TIERS,
+      lease: { concurrency: 0, leaseMs: this.leaseMs, id },
+    };
+    return this.bounded((this.store as Required<Store>).changeLease(script, leaseKey, call)).then(
+      (raw) => raw[LEASE_CHANGE_REPLY.changed] === 1,
+    );
+  }
+}
+
+const NO_TIERS: readonly Tier[] = Object.freeze([]);
+
+/** A lease id: this process's random tag and a counter, unique across processes. */
+const LEASE_TAG = `${randomBytes(6).toString('base64url')}.`;
+let leaseCount = 0;
+function newLeaseId(): string {
+  leaseCount++;
+  return LEASE_TAG + leaseCount.toString(36);
+}
+
+/** A lease an allowed check took: released or renewed through its limiter. */
+class HeldLease implements Lease {
+  constructor(
+    private readonly limiter: RateLimiter,
+    private readonly leaseKey: string,
+    readonly id: string,
+  ) {}
+
+  release(): Promise<boolean> {
+    return this.limiter.changeLease(RELEASE, this.leaseKey, this.id);
+  }
+
+  renew(): Promise<boolean> {
+    return this.limiter.changeLease(RENEW, this.leaseKey, this.id);
   }
 }
 
@@ -231,7 +386,9 @@ function checkThenOf(store: Store): CheckThen {
   };
 }
 
-const CHECK_OPTIONS = keysOf<CheckOptions>({ cost: true, limit: true, window: true, limits: true });
+const CHECK_OPTION_KEYS: KnownKeys<CheckOptions> = { cost: true, limit: true, window: true, limits: true, concurrency: true };
+const CHECK_OPTIONS = keysOf<CheckOptions>(CHECK_OPTION_KEYS);
+const WAIT_OPTIONS = keysOf<WaitOptions>({ ...CHECK_OPTION_KEYS, maxWaitMs: true, signal: true });
 
 /** Throws unless `decision` has what a refund reads: `counted`, `cost`, `now` and the `tiers` it was decided with. */
 function checkDecision(decision: Decision): void {

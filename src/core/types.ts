@@ -55,6 +55,22 @@ export interface LimiterOptions {
    * Default `false`.
    */
   shadow?: boolean;
+  /**
+   * Most requests in progress at once per identifier, across every process sharing the store: a
+   * check that is allowed takes a lease (`decision.lease`), to be released when the request is over
+   * (the HTTP adapters release it when the response is over). Decided with the rate tiers in one
+   * atomic step: a request this bound refuses counts in no tier, and a request a tier refuses takes
+   * no lease. Given without `limit`, `window` or `limits`, the limiter bounds requests in progress
+   * only. Its keys are then `{<prefix>:<identifier>}` and `{<prefix>:<identifier>}:leases`, one
+   * Cluster slot. Default: no bound.
+   */
+  concurrency?: number;
+  /**
+   * How long a lease lives unless renewed or released (milliseconds or a duration string): a slot
+   * held by a process that died comes back after this. The HTTP adapters renew the lease of a
+   * request still in progress every `leaseMs / 2`. Default `'60s'`.
+   */
+  leaseMs?: Duration;
 }
 
 /** Options of one {@link Limiter.check} or {@link Limiter.peek}. */
@@ -69,8 +85,48 @@ export interface CheckOptions {
   limit?: number;
   /** This call's window (see `limit`). */
   window?: Duration;
-  /** This call's tiers, replacing the limiter's. Tiers are matched to what is stored by position (see the README). */
+  /** This call's tiers, replacing the limiter's. Tiers are matched to what is stored by position (see docs/algorithms.md). */
   limits?: readonly TierOptions[];
+  /** This call's bound on requests in progress, replacing the limiter's; only on a limiter with `concurrency`. */
+  concurrency?: number;
+}
+
+/** Options of {@link Limiter.wait}: a check's options, and how long to wait at most. */
+export interface WaitOptions extends CheckOptions {
+  /**
+   * The longest wait, in milliseconds from the call: once the known wait goes past it, the call
+   * rejects at once with a `WaitExceededError` (`SWL_WAIT_EXCEEDED`) instead of sleeping. Default:
+   * no bound.
+   */
+  maxWaitMs?: number;
+  /** Aborts the wait: the call rejects with the signal's reason, and leaves no timer behind. */
+  signal?: AbortSignal;
+}
+
+/** A request in progress under a `concurrency` bound: the slot it holds, until released or expired. */
+export interface Lease {
+  /** The lease's id, unique across processes. */
+  readonly id: string;
+  /**
+   * Gives the slot back. Resolves `true` when the lease was still held, `false` when it was gone
+   * already (released before, or expired): releasing twice, or after expiry, changes nothing.
+   */
+  release(): Promise<boolean>;
+  /**
+   * Extends the lease to `leaseMs` from now (never shortens it), for a request that outlives its
+   * lease. Resolves `false` when the lease was gone already: its slot may have been taken since.
+   */
+  renew(): Promise<boolean>;
+}
+
+/** The bound on requests in progress, as a check saw it. */
+export interface ConcurrencyDecision {
+  /** Most requests in progress at once. */
+  readonly limit: number;
+  /** Requests in progress for the identifier, this one included when it took a lease. */
+  readonly inProgress: number;
+  /** True when this bound refused the request (it then counted in no rate tier). */
+  readonly refused: boolean;
 }
 
 /** How one tier judged a request. */
@@ -94,7 +150,13 @@ export interface TierDecision {
 
 /** The outcome of a check. The top-level figures are those of the binding (most restrictive) tier. */
 export interface Decision {
+  /** Whether the request was allowed (and, unless it was a peek or cost 0, counted). */
   readonly allowed: boolean;
+  /**
+   * The identifier the request counted against (or would have): what `limiter.reset()` and
+   * `limiter.refund()` take for it, e.g. `'ip:203.0.113.7'`.
+   */
+  readonly identifier: string;
   readonly limit: number;
   /** Window length of the binding tier, in milliseconds. */
   readonly window: number;
@@ -110,9 +172,17 @@ export interface Decision {
    * `now + retryAfterMs` on a denial; `now` when nothing is counted.
    */
   readonly resetAt: number;
-  /** Milliseconds until this request would be allowed; `0` when allowed. Exact. */
+  /**
+   * Milliseconds until this request would be allowed; `0` when allowed. Exact. `Infinity` when
+   * its cost is above the smallest limit: such a request can never be allowed (the HTTP adapters
+   * then send no `Retry-After`).
+   */
   readonly retryAfterMs: number;
-  /** Index into `tiers` of the binding tier: the one that keeps the client waiting longest, then the one with least left. */
+  /**
+   * Index into `tiers` of the binding tier: the one that keeps the client waiting longest, then the
+   * one with least left. `-1` on a limiter with `concurrency` and no rate tiers: the top-level
+   * figures then describe the bound on requests in progress.
+   */
   readonly tier: number;
   /** Every tier's view, in the order the tiers were given. */
   readonly tiers: readonly TierDecision[];
@@ -120,7 +190,7 @@ export interface Decision {
   readonly now: number;
   /** The cost that was checked. */
   readonly cost: number;
-  /** True when this check counted its cost (allowed, a cost above 0, not a peek): what {@link Limiter.refund} takes back. */
+  /** True when this check counted its cost (allowed, a cost above 0, not a peek): what {@link Limiter.refund} takes back and {@link Limiter.settle} settles from. */
   readonly counted: boolean;
   /**
    * True while the identifier is blocked (`blockFor`), including on the denial that started the
@@ -132,6 +202,13 @@ export interface Decision {
   readonly shadow: boolean;
   /** True when the answer came from the local deny cache rather than the store. */
   readonly cached: boolean;
+  /**
+   * The bound on requests in progress, on a limiter with `concurrency`. A request it refuses has
+   * `retryAfterMs` `Infinity`: no wait is known, it depends on requests ending.
+   */
+  readonly concurrency?: ConcurrencyDecision;
+  /** The slot an allowed check took, on a limiter with `concurrency` (not for a peek): release it when the request is over. */
+  readonly lease?: Lease;
 }
 
 /** A configured rate limiter. Create with {@link createLimiter}. */
@@ -146,6 +223,27 @@ export interface Limiter {
    * `skipFailedRequests`). A decision that counted nothing is ignored.
    */
   refund(identifier: string, decision: Decision): Promise<void>;
+  /**
+   * Settles `decision` (a check of `identifier`) to what the request turned out to cost, once its
+   * cost is known (tokens used, rows exported): when `actualCost` is lower than what the check
+   * counted, the difference is given back to the windows it was counted in (as `refund` does,
+   * which is `settle(identifier, decision, 0)`); when higher, the difference is charged now, past
+   * the limit if need be, so the identifier's next requests wait exactly until that debt has
+   * decayed. A check that counted nothing (a denial, a peek, cost 0) is settled from zero: the whole
+   * `actualCost` is charged. A charge never starts a block (`blockFor`); the next denial does.
+   * Settle each decision once.
+   */
+  settle(identifier: string, decision: Decision, actualCost: number): Promise<void>;
+  /**
+   * Waits for quota instead of being refused: resolves with the allowed (and counted) decision as
+   * soon as a check passes, sleeping exactly each denial's `retryAfterMs` in between, never polling.
+   * Rejects at once, without sleeping, with a `WaitExceededError` (`SWL_WAIT_EXCEEDED`) when the
+   * known wait goes past `maxWaitMs` or no wait is known (a cost above the limit, requests in
+   * progress at their bound), and with the signal's reason when `signal` aborts. The waiters of one
+   * identifier in one process go first in, first out, and only the first of them checks the store.
+   * For outbound calls to a shared, rate-limited API; sleeps in real time, whatever `clock` says.
+   */
+  wait(identifier: string, options?: WaitOptions): Promise<Decision>;
   /** Forgets everything counted for `identifier`. */
   reset(identifier: string): Promise<void>;
   /** The store key used for `identifier`. */
@@ -158,4 +256,6 @@ export interface Limiter {
   /** Milliseconds of `blockFor`; 0 for none. */
   readonly blockFor: number;
   readonly shadow: boolean;
+  /** Most requests in progress per identifier; 0 for no bound. */
+  readonly concurrency: number;
 }

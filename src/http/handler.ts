@@ -4,14 +4,15 @@
  * `skipSuccessfulRequests` / `skipFailedRequests`, the refund once the response is done.
  * An adapter supplies an {@link HttpPort}, the few framework calls this path needs.
  */
-import { isPromiseLike, whenSettled } from '../async';
+import { type Awaitable, isPromiseLike, whenSettled, whenSettledOrFailed } from '../async';
 import { type LimiterCore, limiterFromResolved } from '../core/limiter';
 import { resolveLimiterOptions, validateCost } from '../core/limiter-options';
-import type { Decision } from '../core/types';
-import { smallestLimit, type Tier } from '../tiers';
+import type { Decision, Lease } from '../core/types';
+import type { Tier } from '../tiers';
+import { positiveInteger } from '../validate';
 import { secondsUntil } from './headers';
 import { defaultDenialJson, type HttpOptions, limiterOptionsOf, type ResolvedHttpOptions, resolveHttpOptions } from './http-options';
-import { warnOnSharedPrefix } from './misconfiguration';
+import { type CountedBy, warnIfCountedTwice, warnOnSharedPrefix, warnStoreFailing } from './misconfiguration';
 
 /** Continues the framework's chain: with an error, into its error handling. */
 export type Proceed = (error?: Error) => void;
@@ -19,8 +20,8 @@ export type Proceed = (error?: Error) => void;
 /** A denied request's answer, ready to send. */
 export interface DenialResponse {
   readonly statusCode: number;
-  /** Whole seconds, rounded up, as sent in `Retry-After`. */
-  readonly retryAfter: number;
+  /** Whole seconds, rounded up, as sent in `Retry-After`; undefined (and no `Retry-After`) for a cost that can never fit. */
+  readonly retryAfter: number | undefined;
   /** Text, an object for the framework to send as JSON, or JSON text already (see `bodyIsJson`). */
   readonly body: string | object;
   /** `true` for the default body: `body` is JSON text, sent as `application/json` without serializing it again. */
@@ -49,6 +50,22 @@ interface Check {
   readonly cost: number;
   /** This request's own tiers, when limits depend on the request. */
   readonly tiers: readonly Tier[] | undefined;
+  /** This request's own bound on requests in progress, when it depends on the request. */
+  readonly concurrency: number | undefined;
+}
+
+/** The request property holding its {@link CountedBy} list (declared by the Fastify plugin as a request decorator). */
+export const COUNTED: unique symbol = Symbol('ratewarden.counted');
+
+type RequestRecord = { [COUNTED]?: CountedBy };
+
+/** Forgets what every limiter that counted `request` counted for it (see `HttpLimiter.resetRequest`). */
+export function resetEveryCount(request: object): Promise<void> {
+  const resets: Promise<void>[] = [];
+  for (let counted = (request as RequestRecord)[COUNTED]; counted !== undefined; counted = counted.next) {
+    resets.push(counted.limiter.reset(counted.identifier));
+  }
+  return Promise.all(resets).then(() => undefined);
 }
 
 /** A limiter with every HTTP option resolved once, at construction, and the adapter's port. */
@@ -73,8 +90,8 @@ export class HttpLimiter<Req, Res> {
    * rejection and never to a silent allow; a store failure becomes `failMode`.
    */
   handle(request: Req, response: Res, proceed: Proceed): void {
-    const { skip, costOf, tiersOf, identify, fixedCost } = this.options;
-    if (skip === undefined && costOf === undefined && tiersOf === undefined) {
+    const { skip, costOf, tiersOf, concurrencyOf, identify, fixedCost } = this.options;
+    if (skip === undefined && costOf === undefined && tiersOf === undefined && concurrencyOf === undefined) {
       // Static options: only the identifier to find, no object built before the check.
       let identifier: string | Promise<string>;
       try {
@@ -83,10 +100,10 @@ export class HttpLimiter<Req, Res> {
         this.hookFailed(error, request, proceed);
         return;
       }
-      if (typeof identifier === 'string') this.check(identifier, fixedCost, undefined, request, response, proceed);
+      if (typeof identifier === 'string') this.check(identifier, fixedCost, undefined, undefined, request, response, proceed);
       else {
         identifier.then(
-          (settled) => this.check(settled, fixedCost, undefined, request, response, proceed),
+          (settled) => this.check(settled, fixedCost, undefined, undefined, request, response, proceed),
           (error: unknown) => this.hookFailed(error, request, proceed),
         );
       }
@@ -102,11 +119,10 @@ export class HttpLimiter<Req, Res> {
     if (check === undefined) proceed();
     else if (isPromiseLike(check)) {
       check.then(
-        (settled) =>
-          settled === undefined ? proceed() : this.check(settled.identifier, settled.cost, settled.tiers, request, response, proceed),
+        (settled) => (settled === undefined ? proceed() : this.checkPrepared(settled, request, response, proceed)),
         (error: unknown) => this.hookFailed(error, request, proceed),
       );
-    } else this.check(check.identifier, check.cost, check.tiers, request, response, proceed);
+    } else this.checkPrepared(check, request, response, proceed);
   }
 
   /** Skip, identify, cost and limits, in that order; undefined when the request is skipped. */
@@ -123,22 +139,42 @@ export class HttpLimiter<Req, Res> {
     return typeof identifier === 'string' ? this.measure(identifier, request) : identifier.then((id) => this.measure(id, request));
   }
 
-  /** The cost and, when limits depend on the request, the tiers of an identified request. */
+  /** The cost and, when they depend on the request, the tiers and the bound on requests in progress of an identified request. */
   private measure(identifier: string, request: Req): Check | PromiseLike<Check> {
-    const { costOf, tiersOf, fixedCost } = this.options;
-    if (costOf === undefined && tiersOf === undefined) return { identifier, cost: fixedCost, tiers: undefined };
+    const { costOf, tiersOf, concurrencyOf, fixedCost } = this.options;
+    if (costOf === undefined && tiersOf === undefined && concurrencyOf === undefined) {
+      return { identifier, cost: fixedCost, tiers: undefined, concurrency: undefined };
+    }
     return whenSettled(costOf === undefined ? fixedCost : costOf(request), (cost) =>
-      tiersOf === undefined
-        ? { identifier, cost: validateCost(cost, this.limiter.smallestLimit), tiers: undefined }
-        : whenSettled(tiersOf(request), (tiers) => ({ identifier, cost: validateCost(cost, smallestLimit(tiers)), tiers })),
+      whenSettled(tiersOf === undefined ? undefined : tiersOf(request), (tiers) =>
+        whenSettled(concurrencyOf === undefined ? undefined : concurrencyOf(request), (concurrency) => ({
+          identifier,
+          cost: validateCost(cost),
+          tiers,
+          concurrency: concurrency === undefined ? undefined : positiveInteger(concurrency, 'concurrency'),
+        })),
+      ),
     );
   }
 
-  private check(identifier: string, cost: number, tiers: readonly Tier[] | undefined, request: Req, response: Res, proceed: Proceed): void {
-    const cached = this.limiter.checkPrepared(identifier, cost, tiers, (error, decision) => {
+  private checkPrepared(check: Check, request: Req, response: Res, proceed: Proceed): void {
+    this.check(check.identifier, check.cost, check.tiers, check.concurrency, request, response, proceed);
+  }
+
+  private check(
+    identifier: string,
+    cost: number,
+    tiers: readonly Tier[] | undefined,
+    concurrency: number | undefined,
+    request: Req,
+    response: Res,
+    proceed: Proceed,
+  ): void {
+    const answer = (error: unknown, decision?: Decision): void => {
       if (decision === undefined) this.fail(error, request, response, proceed);
       else this.answer(decision, identifier, request, response, proceed);
-    });
+    };
+    const cached = this.limiter.checkPrepared(identifier, cost, tiers, answer, concurrency);
     if (cached !== undefined) this.answer(cached, identifier, request, response, proceed);
   }
 
@@ -151,21 +187,30 @@ export class HttpLimiter<Req, Res> {
   }
 
   private respond(decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
-    const { onDecision, onNearLimit, nearLimitBand, refundWhen } = this.options;
+    const { onDecision, onNearLimit, nearLimitBand, settleAfter } = this.options;
+    // First, so that no throw below can keep the slot from being given back.
+    if (decision.lease !== undefined) this.holdLease(decision.lease, request, response);
     onDecision?.(decision, request);
     if (onNearLimit !== undefined && decision.ratio >= nearLimitBand[0] && decision.ratio <= nearLimitBand[1]) {
       onNearLimit(decision, request);
     }
+    if (decision.counted) {
+      const record = request as RequestRecord;
+      const counted: CountedBy = { limiter: this.limiter, identifier, next: record[COUNTED] };
+      if (counted.next !== undefined) warnIfCountedTwice(counted);
+      record[COUNTED] = counted;
+    }
     // In shadow mode a would-be denial is reported (onDecision, request.rateLimit), never enforced.
     if (decision.allowed || decision.shadow) {
-      if (refundWhen !== undefined && decision.counted) {
-        this.port.whenDone(response, (finished) => this.settle(refundWhen, identifier, decision, request, response, finished));
+      if (settleAfter !== undefined && (decision.counted || this.options.chargesAfter)) {
+        this.port.whenDone(response, (finished) => this.afterResponse(settleAfter, identifier, decision, request, response, finished));
       }
       this.sendHeaders(decision, request, response);
       proceed();
       return;
     }
-    const retryAfter = secondsUntil(decision.now + decision.retryAfterMs, decision.now);
+    // A cost that can never fit waits forever: no Retry-After would make it pass.
+    const retryAfter = decision.retryAfterMs === Infinity ? undefined : secondsUntil(decision.now + decision.retryAfterMs, decision.now);
     const { message } = this.options;
     const body = typeof message === 'function' ? message(request, decision) : message;
     if (isPromiseLike(body)) {
@@ -178,21 +223,21 @@ export class HttpLimiter<Req, Res> {
 
   private deny(
     decision: Decision,
-    retryAfter: number,
+    retryAfter: number | undefined,
     body: string | object | undefined,
     request: Req,
     response: Res,
     proceed: Proceed,
   ): void {
     const denial: DenialResponse = {
-      statusCode: this.options.statusCode,
+      statusCode: decision.concurrency?.refused === true ? this.options.concurrencyStatusCode : this.options.statusCode,
       retryAfter,
       body: body ?? defaultDenialJson(retryAfter),
       bodyIsJson: body === undefined,
       decision,
     };
     this.sendHeaders(decision, request, response);
-    this.port.setHeader(response, 'Retry-After', String(retryAfter));
+    if (retryAfter !== undefined) this.port.setHeader(response, 'Retry-After', String(retryAfter));
     this.port.deny(request, response, denial, proceed);
   }
 
@@ -201,25 +246,63 @@ export class HttpLimiter<Req, Res> {
     this.options.writeHeaders?.(decision, response, this.port.setHeader);
   }
 
-  /** After the response: gives the count back when the request should not have counted. */
-  private settle(
-    refundWhen: NonNullable<ResolvedHttpOptions<Req, Res>['refundWhen']>,
+  /**
+   * Holds `lease` while the response is in progress: renewed every `leaseMs / 2`, released once
+   * when the response is over (sent in full, or the connection closed first).
+   */
+  private holdLease(lease: Lease, request: Req, response: Res): void {
+    const renewal = setInterval(() => {
+      lease.renew().then(undefined, (error: unknown) => this.storeFailed(error, request));
+    }, this.limiter.leaseMs / 2);
+    renewal.unref();
+    this.port.whenDone(response, () => {
+      clearInterval(renewal);
+      lease.release().then(undefined, (error: unknown) => this.storeFailed(error, request));
+    });
+  }
+
+  /**
+   * Forgets what this limiter counted for `request` (its identifier's whole count, as
+   * `limiter.reset()` does), e.g. after a successful login; nothing when it counted nothing.
+   */
+  resetRequest(request: Req): Promise<void> {
+    const resets: Promise<void>[] = [];
+    for (let counted = (request as RequestRecord)[COUNTED]; counted !== undefined; counted = counted.next) {
+      if (counted.limiter === this.limiter) resets.push(this.limiter.reset(counted.identifier));
+    }
+    return Promise.all(resets).then(() => undefined);
+  }
+
+  /** After the response: settles the request to what it cost (0 when it should not have counted). */
+  private afterResponse(
+    settleAfter: NonNullable<ResolvedHttpOptions<Req, Res>['settleAfter']>,
     identifier: string,
     decision: Decision,
     request: Req,
     response: Res,
     finished: boolean,
   ): void {
-    let refund: boolean | PromiseLike<boolean>;
+    let actual: Awaitable<number | undefined>;
     try {
-      refund = refundWhen(request, response, finished);
+      actual = settleAfter(request, response, finished);
     } catch (error) {
       this.report(error, request);
       return;
     }
-    Promise.resolve(whenSettled(refund, (yes) => (yes ? this.limiter.refund(identifier, decision) : undefined))).then(
-      undefined,
-      (error: unknown) => this.report(error, request),
+    whenSettledOrFailed(
+      actual,
+      (cost) => {
+        if (cost === undefined) return;
+        let actualCost: number;
+        try {
+          actualCost = validateCost(cost, Infinity, 'costAfter');
+        } catch (error) {
+          this.report(error, request);
+          return;
+        }
+        this.limiter.settle(identifier, decision, actualCost).then(undefined, (error: unknown) => this.storeFailed(error, request));
+      },
+      (error) => this.report(error, request),
     );
   }
 
@@ -229,9 +312,15 @@ export class HttpLimiter<Req, Res> {
   }
 
   private fail(error: unknown, request: Req, response: Res, proceed: Proceed): void {
-    this.report(error, request);
+    this.storeFailed(error, request);
     if (this.options.failClosed) this.port.unavailable(response);
     else proceed();
+  }
+
+  /** A store failure goes to `onError`; with none, it must not pass in silence. */
+  private storeFailed(error: unknown, request: Req): void {
+    if (this.options.onError === undefined) warnStoreFailing(error, this.options.failClosed);
+    else this.report(error, request);
   }
 
   /** Hands `error` to `onError`; a failing error hook must not turn a degraded store into a crashed request. */

@@ -16,7 +16,7 @@ import { byIp, type IdentifyOption, resolveIdentify } from './identify';
  * Options shared by the Express middleware and the Fastify plugin. `Req` and `Res` are the
  * framework's request and response (reply) types. Every function option may be async.
  */
-export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'limit' | 'window' | 'limits'> {
+export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'limit' | 'window' | 'limits' | 'concurrency'> {
   /**
    * Most units of cost per `window`: a positive integer, or a function of the request, e.g.
    * `(req) => (req.user?.plan === 'pro' ? 1000 : 100)`. Default `100`. Counts belong to the
@@ -27,6 +27,18 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
   window?: Duration | ((request: Req) => Awaitable<Duration>);
   /** Several tiers instead of `limit`/`window`, or a function of the request returning them. */
   limits?: readonly TierOptions[] | ((request: Req) => Awaitable<readonly TierOptions[]>);
+  /**
+   * Most requests in progress at once per identifier, across every process sharing the store: a
+   * positive integer, or a function of the request. An allowed request holds a lease from its check
+   * until its response is over (sent in full, or the connection closed first), renewed every
+   * `leaseMs / 2` while it runs. A request over the bound is refused with `concurrencyStatusCode`
+   * (429) and no `Retry-After`: no wait is known, it depends on other requests ending. Decided with
+   * the rate tiers in one atomic step. Without `limit`, `window` or `limits`, only this bound applies
+   * (and no rate-limit headers are sent). Default: no bound.
+   */
+  concurrency?: number | ((request: Req) => Awaitable<number>);
+  /** Status of a request refused by `concurrency`. Default `429`. */
+  concurrencyStatusCode?: number;
   /**
    * Who a request counts against: a function, or a list tried in order (first non-empty
    * answer wins), e.g. `[byApiKey(), byIp()]`. Default `byIp()`. Requests that nothing
@@ -47,6 +59,18 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
   skipFailedRequests?: boolean;
   /** Whether a finished request succeeded, for the two options above. Default: its status is below 400. */
   requestWasSuccessful?: (request: Req, response: Res) => Awaitable<boolean>;
+  /**
+   * What a request actually cost, known once its response is over (tokens used, rows exported,
+   * bytes streamed). The request is checked on arrival with `cost` (then an estimate or a
+   * reservation, possibly `0`), and settled to this: a lower cost gives the difference back to the
+   * window it was counted in, a higher one charges the difference now, past the limit if need be,
+   * so the identifier's next requests wait exactly until that debt has decayed (a response already
+   * sent never becomes a denial). Called when the response is over, `finished` false when the
+   * client went away first: the work may have been done all the same, so its cost is still yours to
+   * say. A request `skipSuccessfulRequests` / `skipFailedRequests` gives back is settled to 0 instead.
+   * A non-negative integer; anything else goes to `onError` and the request keeps what it counted.
+   */
+  costAfter?: (request: Req, response: Res, finished: boolean) => Awaitable<number>;
   /** Which rate-limit headers to send: `'legacy'` (default), `'draft-6'`, `'draft-7'`, `'ietf'`, several, a custom function, or `false`. */
   headers?: HeadersOption;
   /** For the legacy `X-RateLimit-Reset`: `'epoch'` seconds (default) or `'delta'` seconds from now. */
@@ -89,12 +113,13 @@ export const FIRST_FAILED_STATUS = 400;
 export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
 /**
- * The default body of a denied request, `{ "error": "Too Many Requests", "retryAfter": <seconds> }`,
+ * The default body of a denied request, `{ "error": "Too Many Requests", "retryAfter": <seconds> }`
+ * (`null` seconds for a cost that can never fit),
  * as ready JSON text: a flood of denials then skips the framework's serializer (measured by
  * `npm run bench`, scenario (c)).
  */
-export function defaultDenialJson(retryAfter: number): string {
-  return `{"error":"Too Many Requests","retryAfter":${retryAfter}}`;
+export function defaultDenialJson(retryAfter: number | undefined): string {
+  return `{"error":"Too Many Requests","retryAfter":${retryAfter ?? null}}`;
 }
 
 /** Body of the 503 answered with `failMode: 'closed'` while the store is failing. */
@@ -109,6 +134,9 @@ export const HTTP_OPTION_KEYS: KnownKeys<HttpOptions<unknown, unknown>> = {
   skipSuccessfulRequests: true,
   skipFailedRequests: true,
   requestWasSuccessful: true,
+  costAfter: true,
+  concurrency: true,
+  concurrencyStatusCode: true,
   headers: true,
   resetFormat: true,
   statusCode: true,
@@ -130,10 +158,19 @@ export interface ResolvedHttpOptions<Req, Res> {
   /** The tiers of one request, when `limit`, `window` or `limits` is a function; validated. */
   readonly tiersOf: ((request: Req) => Awaitable<readonly Tier[]>) | undefined;
   readonly skip: ((request: Req) => Awaitable<boolean>) | undefined;
-  /** Whether a finished request's count is given back, when `skipSuccessfulRequests` or `skipFailedRequests` is set. */
-  readonly refundWhen: ((request: Req, response: Res, finished: boolean) => Awaitable<boolean>) | undefined;
+  /**
+   * What a request that went on cost, once its response is over: 0 when `skipSuccessfulRequests` /
+   * `skipFailedRequests` gives it back, `costAfter`'s answer, or undefined to keep what it counted.
+   * Undefined when none of those options is set.
+   */
+  readonly settleAfter: ((request: Req, response: Res, finished: boolean) => Awaitable<number | undefined>) | undefined;
+  /** Whether `costAfter` is set: then every request that went on is settled, counted or not. */
+  readonly chargesAfter: boolean;
   readonly writeHeaders: HeaderWriter | undefined;
   readonly statusCode: number;
+  readonly concurrencyStatusCode: number;
+  /** The bound on requests in progress of one request, when `concurrency` is a function. */
+  readonly concurrencyOf: ((request: Req) => Awaitable<number>) | undefined;
   readonly message: HttpOptions<Req, Res>['message'];
   readonly onDecision: HttpOptions<Req, Res>['onDecision'];
   readonly onNearLimit: HttpOptions<Req, Res>['onNearLimit'];
@@ -150,6 +187,8 @@ export function limiterOptionsOf(options: HttpOptions<unknown, unknown>): Limite
     if (value !== undefined && typeof value !== 'function') limiterOptions[key] = value;
   }
   if (typeof options.clock === 'function') limiterOptions.clock = options.clock;
+  // A bound that depends on the request still makes the limiter keep leases; each request brings its own.
+  if (typeof options.concurrency === 'function') limiterOptions.concurrency = 1;
   return limiterOptions as LimiterOptions;
 }
 
@@ -166,19 +205,21 @@ export function resolveHttpOptions<Req, Res>(
   const tiersOf = requestTiers(options);
   const smallest = smallestLimit(tiers);
   const cost = options.cost;
-  // With request-dependent tiers, a fixed cost is checked against each request's tiers instead.
+  // With request-dependent tiers, a fixed cost above a request's smallest limit refuses that request.
   const fixedCost = typeof cost === 'function' || cost === undefined ? DEFAULT_COST : validateCost(cost, tiersOf ? Infinity : smallest);
   const skip = optionalFunction(options.skip, 'skip');
   const refundWhen = resolveRefund(options, statusOf);
+  const costAfter = optionalFunction(options.costAfter, 'costAfter');
   // A shadow limiter must not change what clients see: no headers unless asked for.
+  // Rate-limit headers describe rate tiers: a limiter that bounds requests in progress only has
+  // none to describe (no header standard covers concurrency), unless a custom format says otherwise.
+  const rateless = tiers.length === 0 && tiersOf === undefined && typeof options.headers !== 'function';
   const writeHeaders =
-    shadow && options.headers === undefined
+    (shadow && options.headers === undefined) || rateless
       ? undefined
       : createHeaderWriter(options.headers, options.resetFormat, tiersOf ? undefined : tiers);
-  const statusCode = options.statusCode ?? DEFAULT_STATUS_CODE;
-  if (!Number.isInteger(statusCode) || statusCode < 400 || statusCode > 599) {
-    throw new OptionError('SWL_INVALID_NUMBER', `statusCode: must be an HTTP error status (400-599), got ${describeValue(statusCode)}`);
-  }
+  const statusCode = errorStatus(options.statusCode ?? DEFAULT_STATUS_CODE, 'statusCode');
+  const concurrencyStatusCode = errorStatus(options.concurrencyStatusCode ?? DEFAULT_STATUS_CODE, 'concurrencyStatusCode');
   if (options.message !== undefined && !['string', 'object', 'function'].includes(typeof options.message)) {
     throw new OptionError('SWL_INVALID_TYPE', `message: must be a string, an object or a function, got ${describeValue(options.message)}`);
   }
@@ -194,9 +235,12 @@ export function resolveHttpOptions<Req, Res>(
     costOf: typeof cost === 'function' ? cost : undefined,
     tiersOf,
     skip,
-    refundWhen,
+    settleAfter: settleAfterOf(refundWhen, costAfter),
+    chargesAfter: costAfter !== undefined,
     writeHeaders,
     statusCode,
+    concurrencyStatusCode,
+    concurrencyOf: typeof options.concurrency === 'function' ? options.concurrency : undefined,
     message: options.message,
     onDecision,
     onNearLimit,
@@ -239,12 +283,31 @@ function requestTiers<Req, Res>(options: HttpOptions<Req, Res>): ((request: Req)
   };
 }
 
+function errorStatus(status: unknown, option: string): number {
+  if (typeof status !== 'number' || !Number.isInteger(status) || status < 400 || status > 599) {
+    throw new OptionError('SWL_INVALID_NUMBER', `${option}: must be an HTTP error status (400-599), got ${describeValue(status)}`);
+  }
+  return status;
+}
+
 /** A function's answer for `option`: nothing is a bug in the app, not a request for the default. */
 function answered<T>(answer: T | undefined, option: string): T {
   if (answer === undefined || answer === null) {
     throw new OptionError('SWL_INVALID_LIMIT', `${option}: the function of the request answered ${describeValue(answer)}`);
   }
   return answer;
+}
+
+/** What a finished request cost: 0 when it is given back, else `costAfter`'s answer, if any. */
+function settleAfterOf<Req, Res>(
+  refundWhen: ((request: Req, response: Res, finished: boolean) => Awaitable<boolean>) | undefined,
+  costAfter: HttpOptions<Req, Res>['costAfter'],
+): ResolvedHttpOptions<Req, Res>['settleAfter'] {
+  if (refundWhen === undefined) return costAfter;
+  if (costAfter === undefined)
+    return (request, response, finished) => whenSettled(refundWhen(request, response, finished), (yes) => (yes ? 0 : undefined));
+  return (request, response, finished) =>
+    whenSettled(refundWhen(request, response, finished), (yes) => (yes ? 0 : costAfter(request, response, finished)));
 }
 
 function resolveRefund<Req, Res>(

@@ -1,4 +1,4 @@
-/** Warnings about a configuration that would count wrong without failing. */
+/** Warnings about what would otherwise go wrong in silence: counting wrong, or failing open unheard. */
 import type { Limiter } from '../core/types';
 import { warn } from '../errors';
 import type { Store } from '../stores/types';
@@ -22,4 +22,54 @@ export function warnOnSharedPrefix(limiter: Limiter): void {
     );
   }
   prefixes.set(limiter.prefix, shape);
+}
+
+/**
+ * What a request keeps of each limiter that counted it, newest first: for resetting by request,
+ * and for noticing one request counted twice.
+ */
+export interface CountedBy {
+  readonly limiter: Limiter;
+  readonly identifier: string;
+  readonly next: CountedBy | undefined;
+}
+
+let warnedCountedTwice = false;
+
+/**
+ * Warns (`SWL_COUNTED_TWICE`, once per process) when the newest entry of a request's
+ * {@link CountedBy} list counted the same key of the same store as an earlier one: two limiters
+ * with one prefix, or one limiter mounted twice, on the path of one request.
+ */
+export function warnIfCountedTwice(newest: CountedBy): void {
+  if (warnedCountedTwice) return;
+  const { limiter, identifier } = newest;
+  for (let earlier = newest.next; earlier !== undefined; earlier = earlier.next) {
+    if (earlier.identifier !== identifier || earlier.limiter.store !== limiter.store || earlier.limiter.prefix !== limiter.prefix) continue;
+    warnedCountedTwice = true;
+    warn(
+      'SWL_COUNTED_TWICE',
+      `One request was counted twice against the key of '${identifier}' under the prefix '${limiter.prefix}', by two limiters sharing a store and a prefix (or one limiter mounted twice on its path): each request costs 2. Give each limiter its own prefix, or mount it once.`,
+    );
+    return;
+  }
+}
+
+/** The last time a store failure was reported without an `onError` (epoch ms). */
+let storeFailingWarnedAt = -Infinity;
+const STORE_FAILING_EVERY_MS = 60_000;
+
+/**
+ * Warns (`SWL_STORE_FAILING`) of a store failure that no `onError` hears: on the first, then at
+ * most once a minute while failures continue, so a failing-open limiter is never silent.
+ */
+export function warnStoreFailing(error: unknown, failClosed: boolean): void {
+  const now = Date.now();
+  if (now - storeFailingWarnedAt < STORE_FAILING_EVERY_MS) return;
+  storeFailingWarnedAt = now;
+  const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  warn(
+    'SWL_STORE_FAILING',
+    `The rate limit store failed (${message}); requests are ${failClosed ? "refused with 503 (failMode: 'closed')" : "let through unlimited (failMode: 'open')"} while it fails. Pass onError to handle store failures (this warning repeats at most once a minute).`,
+  );
 }

@@ -1,4 +1,4 @@
-import type { AlgorithmScripts, RawReply, Script } from '../algorithms/types';
+import type { AlgorithmScripts, LeaseScript, LeaseState, RawReply, Script } from '../algorithms/types';
 import { LruMap } from '../lru';
 import type { ScriptCall } from '../protocol';
 import { checkOptions, keysOf, nonNegativeInteger, positiveInteger } from '../validate';
@@ -90,29 +90,72 @@ export class MemoryStore implements Store {
     return this.run(scripts.check, key, call);
   }
 
-  refund(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
-    return this.run(scripts.refund, key, call);
+  settle(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
+    return this.run(scripts.settle, key, call);
+  }
+
+  checkLease(scripts: AlgorithmScripts, key: string, leaseKey: string, call: ScriptCall): Promise<RawReply> {
+    const now = this.clockOf(call);
+    const entry = this.read(key, now);
+    const leases = this.read(leaseKey, now);
+    const result = scripts.leaseCheck.apply(entry?.state, leases?.state as LeaseState | undefined, { ...call, now });
+    this.write(key, entry, result.state, result.expiresAt, result.minExpiresAt);
+    this.write(leaseKey, leases, result.leases, undefined, result.leasesLiveUntil);
+    return Promise.resolve(result.reply);
+  }
+
+  changeLease(script: LeaseScript, leaseKey: string, call: ScriptCall): Promise<RawReply> {
+    const now = this.clockOf(call);
+    const leases = this.read(leaseKey, now);
+    const result = script.apply(leases?.state as LeaseState | undefined, { ...call, now });
+    this.write(leaseKey, leases, result.leases, undefined, result.leasesLiveUntil);
+    return Promise.resolve(result.reply);
   }
 
   private run(script: Script, key: string, call: ScriptCall): Promise<RawReply> {
+    const now = this.clockOf(call);
+    const entry = this.read(key, now);
+    const result = script.apply(entry?.state, { ...call, now });
+    this.write(key, entry, result.state, result.expiresAt, result.minExpiresAt);
+    return Promise.resolve(result.reply);
+  }
+
+  /** The time of a call: its injected clock's, else this process's. */
+  private clockOf(call: ScriptCall): number {
     if (call.now === undefined) this.ownClock = true;
     const at = call.now === undefined ? Date.now() : call.now;
     if (at > this.lastNow) this.lastNow = at;
+    return at;
+  }
+
+  /** The live entry of `key` at `now`, if any. */
+  private read(key: string, now: number): Entry | undefined {
+    const entry = this.shardOf(key).get(key);
+    return entry !== undefined && entry.expiresAt > now ? entry : undefined;
+  }
+
+  /**
+   * Keeps `state` for `key` after a script: an unchanged state keeps its entry (now the most
+   * recently used); `expiresAt` undefined keeps the entry's expiry (giving back, a trim), and
+   * `minExpiresAt` raises it (a block, a charge, a lease); undefined `state` deletes the key.
+   */
+  private write(
+    key: string,
+    entry: Entry | undefined,
+    state: unknown,
+    expiresAt: number | undefined,
+    minExpiresAt: number | undefined,
+  ): void {
     const shard = this.shardOf(key);
-    let entry = shard.get(key);
-    if (entry !== undefined && entry.expiresAt <= at) entry = undefined;
-    const result = script.apply(entry?.state, { ...call, now: at });
-    if (entry !== undefined && result.state === entry.state) {
-      shard.set(key, entry); // unchanged, but now the most recently used
-    } else if (result.state !== undefined) {
-      // A script that leaves the expiry alone (a refund, a trim) keeps the entry's; a block raises it.
-      let expiresAt = result.expiresAt ?? entry?.expiresAt ?? Infinity;
-      if (result.minExpiresAt !== undefined && result.minExpiresAt > expiresAt) expiresAt = result.minExpiresAt;
-      shard.set(key, { state: result.state, expiresAt });
+    if (entry !== undefined && state === entry.state) {
+      shard.set(key, entry);
+    } else if (state !== undefined) {
+      let until = expiresAt ?? entry?.expiresAt ?? Infinity;
+      if (minExpiresAt !== undefined && (minExpiresAt > until || until === Infinity)) until = minExpiresAt;
+      shard.set(key, { state, expiresAt: until });
     } else {
       shard.delete(key);
     }
-    return Promise.resolve(result.reply);
   }
 
   reset(key: string): Promise<void> {

@@ -1,4 +1,4 @@
-import type { AlgorithmScripts, RawReply } from '../algorithms/types';
+import type { AlgorithmScripts, LeaseScript, RawReply } from '../algorithms/types';
 import type { Done } from '../async';
 import type { ScriptCall } from '../protocol';
 
@@ -13,8 +13,15 @@ import type { ScriptCall } from '../protocol';
 export interface Store {
   /** Counts `call.cost` for `key` if every tier allows it. */
   check(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply>;
-  /** Takes back `call.cost` that a check at `call.countedAt` counted with `call.tiers`. */
-  refund(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply>;
+  /** Settles a check that counted `call.cost` at `call.countedAt` with `call.tiers` to `call.actualCost`. */
+  settle(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply>;
+  /**
+   * Checks `key` and takes a lease in `leaseKey` (one Cluster slot), in one step: needed by a
+   * limiter with `concurrency` (both stores of this package have it).
+   */
+  checkLease?(scripts: AlgorithmScripts, key: string, leaseKey: string, call: ScriptCall): Promise<RawReply>;
+  /** Releases or renews the lease `call.lease` names in `leaseKey` (with `checkLease`). */
+  changeLease?(script: LeaseScript, leaseKey: string, call: ScriptCall): Promise<RawReply>;
   /** Forgets everything counted for `key`. */
   reset(key: string): Promise<void>;
   /** Whether the limiter must bound this store's calls with a timer. False for stores that answer synchronously. */

@@ -299,7 +299,7 @@ function twinState(state: unknown): { blockedUntil: number; body: number[] } {
 }
 
 describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', (algorithm) => {
-  test('identical replies and identical stored state for a seeded random sequence of checks and refunds', async () => {
+  test('identical replies and identical stored state for a seeded random sequence of checks and settlements', async () => {
     const scripts = SCRIPTS[algorithm];
     const seed = 0xa11 + ALGORITHMS.indexOf(algorithm);
     const random = seeded(seed);
@@ -307,6 +307,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     let denied = 0;
     let refunds = 0;
     let refunded = 0;
+    let charges = 0;
     let blockedChecks = 0;
     for (let config = 0; config < 8; config++) {
       const tiers = randomTiers(random, algorithm);
@@ -318,21 +319,26 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
       const blockFor = config % 2 === 1 ? 0 : 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window)));
       for (let step = 0; step < 150; step++) {
         now = nextTime(now, tiers, random);
-        const refund = counted.length > 0 && random() < 0.15;
-        const { lua } = refund ? scripts.refund : scripts.check;
+        const settle = random() < (counted.length > 0 ? 0.2 : 0.03);
+        const { lua } = settle ? scripts.settle : scripts.check;
         const dryRun = random() < 0.2;
         let cost: number;
+        let actualCost = 0;
         let argv: (string | number)[];
         let result: MemoryResult<unknown>;
-        if (refund) {
-          const [taken] = counted.splice(Math.floor(random() * counted.length), 1);
+        if (settle) {
+          // A counted check settled to 0 (a refund), to less or to more; now and then a check that
+          // counted nothing (a reservation of 0) settled to its actual cost.
+          const [taken] = counted.length > 0 ? counted.splice(Math.floor(random() * counted.length), 1) : [{ at: now, cost: 0 }];
           cost = taken.cost;
-          const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, tiers };
+          const roll = random();
+          actualCost = roll < 0.4 ? 0 : roll < 0.7 ? Math.floor(random() * cost) : cost + 1 + Math.floor(random() * 2 * tiers[0].limit);
+          const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, actualCost, tiers };
           argv = scriptArgv(args);
-          result = scripts.refund.apply(state, args);
+          result = scripts.settle.apply(state, args);
         } else {
           cost = randomCost(random, tiers);
-          const args = { now, cost, dryRun, blockFor, countedAt: 0, tiers };
+          const args = { now, cost, dryRun, blockFor, countedAt: 0, actualCost: 0, tiers };
           argv = scriptArgv(args);
           result = scripts.check.apply(state, args);
         }
@@ -345,7 +351,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
         if (results[0][0]) throw results[0][0];
         const fromLua = results[0][1] as number[];
         state = result.state;
-        const context = `seed ${seed}, tiers ${JSON.stringify(tiers)}, step ${step}, now ${now}, ${refund ? 'refund' : 'check'} cost ${cost}, dry ${dryRun}`;
+        const context = `seed ${seed}, tiers ${JSON.stringify(tiers)}, step ${step}, now ${now}, ${settle ? `settle to ${actualCost}` : 'check'} cost ${cost}, dry ${dryRun}`;
         if (!isDeepStrictEqual(fromLua, [...result.reply])) {
           throw new Error(`${context}: replies differ\nlua: ${JSON.stringify(fromLua)}\nts:  ${JSON.stringify(result.reply)}`);
         }
@@ -355,9 +361,11 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
           throw new Error(`${context}: stored state differs\nredis: ${JSON.stringify(stored)}\nts:    ${JSON.stringify(twin)}`);
         }
         compared++;
-        if (refund) {
+        if (settle && actualCost < cost) {
           refunds++;
           if (fromLua[0] > 0) refunded++;
+        } else if (settle) {
+          if (fromLua[1] > 0 && !dryRun) charges++;
         } else {
           if (fromLua[0] === 0) denied++;
           if (fromLua[2] > 0) blockedChecks++;
@@ -367,9 +375,10 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     }
     expect(compared).toBe(8 * 150);
     expect(denied).toBeGreaterThan(100);
-    // Refunds that took something back, and refunds that found their window gone.
+    // Settlements that gave something back, that found their window gone, and that charged more.
     expect(refunded).toBeGreaterThan(20);
     expect(refunds - refunded).toBeGreaterThan(5);
+    expect(charges).toBeGreaterThan(10);
     expect(blockedChecks).toBeGreaterThan(50);
   });
 });
@@ -397,9 +406,10 @@ describe.each(ALGORITHMS)('%s: the batch script against the TypeScript twin', (a
           dryRun: shared?.dryRun ?? random() < 0.15,
         }));
         const dryAll = random() < 0.1;
-        const sharedArgv = shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, countedAt: 0, tiers });
+        const sharedArgv = shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, countedAt: 0, actualCost: 0, tiers });
         const perKey = entries.map(
-          (entry) => sharedArgv ?? scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, countedAt: 0, tiers }),
+          (entry) =>
+            sharedArgv ?? scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, countedAt: 0, actualCost: 0, tiers }),
         );
         const argv = batchArgv(perKey);
         if (dryAll) argv[BATCH_SLOT.dryRunOverride - 1] = '1';
@@ -417,6 +427,7 @@ describe.each(ALGORITHMS)('%s: the batch script against the TypeScript twin', (a
             dryRun: entry.dryRun || dryAll,
             blockFor,
             countedAt: 0,
+            actualCost: 0,
             tiers,
           });
           states.set(entry.key, result.state);

@@ -92,7 +92,7 @@ function countingStore(inner: Store): { store: Store; calls: { check: number } }
       calls.check++;
       return inner.check(scripts, key, check);
     },
-    refund: (scripts, key, refund) => inner.refund(scripts, key, refund),
+    settle: (scripts, key, call) => inner.settle(scripts, key, call),
     reset: (key) => inner.reset(key),
   };
   return { store, calls };

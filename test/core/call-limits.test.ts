@@ -1,8 +1,8 @@
 /**
  * Per-call limits: check(id, { limit }), { limit, window } and { limits } on every algorithm,
  * in memory and on Redis. Counts belong to the identifier, not to the limit; invalid per-call
- * values reject with an OptionError and count nothing; cost is bounded by the call's smallest
- * limit; the deny cache never answers a call under other limits. The last part records what
+ * values reject with an OptionError and count nothing; a cost above the call's smallest limit
+ * is refused, never counted; the deny cache never answers a call under other limits. The last part records what
  * happens to a key's counts when the window of a tier changes between calls.
  */
 import type { Redis } from 'ioredis';
@@ -213,24 +213,28 @@ describe.each(BACKENDS)('per-call limits on %s', (backend) => {
       },
     );
 
-    test('cost is bounded by the call’s smallest limit', async () => {
+    test('a cost above the call’s smallest limit is never allowed: refused, nothing counted, Retry-After infinite', async () => {
       const { limiter, keys } = setup({ limit: 10, window: '1m' });
       for (const options of [{ cost: 50 }, { cost: 50, limit: 10 }]) {
-        await expect(limiter.check('u', options)).rejects.toMatchObject({
-          name: 'OptionError',
-          code: 'SWL_INVALID_COST',
-          message: expect.stringMatching(/^cost: .*from 0 to 10 /),
+        expect(await limiter.check('u', options)).toMatchObject({
+          allowed: false,
+          counted: false,
+          cost: 50,
+          limit: 10,
+          remaining: 10,
+          retryAfterMs: Infinity,
+          identifier: 'u',
         });
       }
       const limits = [
         { limit: 100, window: '1s' },
         { limit: 20, window: '1h' },
       ];
-      await expect(limiter.check('u', { cost: 50, limits })).rejects.toMatchObject({
-        code: 'SWL_INVALID_COST',
-        message: expect.stringMatching(/^cost: .*from 0 to 20 /),
-      });
-      await expect(limiter.peek('u', { cost: 50, limits })).rejects.toMatchObject({ code: 'SWL_INVALID_COST' });
+      // The binding tier is the one the cost can never fit; the other tier's wait is its own.
+      const refused = await limiter.check('u', { cost: 50, limits });
+      expect(refused).toMatchObject({ allowed: false, counted: false, tier: 1, limit: 20, retryAfterMs: Infinity });
+      expect(refused.tiers.map((tier) => tier.retryAfterMs)).toEqual([0, Infinity]);
+      expect(await limiter.peek('u', { cost: 50, limits })).toMatchObject({ allowed: false, retryAfterMs: Infinity });
       expect(await keys()).toEqual(EMPTY[backend]);
       expect(await limiter.check('u', { cost: 50, limit: 100 })).toMatchObject({ allowed: true, estimated: 50, remaining: 50 });
       expect(estimates(await limiter.check('v', { cost: 20, limits }))).toEqual([20, 20]);

@@ -437,11 +437,16 @@ describe.each([
       });
       const { app, hits, errors } = appWithErrorHandler(middleware);
       await request(app).get('/throw').expect(500, 'handled: cost broke');
-      const tooBig = await request(app).get('/6').expect(500);
-      expect(tooBig.text).toMatch(/^handled: cost: /);
+      const negative = await request(app).get('/-1').expect(500);
+      expect(negative.text).toMatch(/^handled: cost: /);
       expect(errors[1]).toBeInstanceOf(TypeError);
+      // A cost that can never fit is the client's doing: refused as a denial, with no Retry-After.
+      const tooBig = await request(app).get('/6').expect(429);
+      expect(tooBig.headers['retry-after']).toBeUndefined();
+      expect(tooBig.body).toEqual({ error: 'Too Many Requests', retryAfter: null });
       await request(app).get('/2').expect(200);
       expect(hits).toEqual(['/2']);
+      expect(errors).toHaveLength(2);
     });
 
     test('skip throwing', async () => {

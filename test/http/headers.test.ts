@@ -23,6 +23,7 @@ function decisionOf(tiers: TierDecision[], binding = 0, allowed = true): Decisio
   const top = tiers[binding];
   return {
     allowed,
+    identifier: 'ip:203.0.113.7',
     limit: top.limit,
     window: top.window,
     remaining: top.remaining,

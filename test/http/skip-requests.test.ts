@@ -31,12 +31,12 @@ const IP = 'ip:127.0.0.1';
 const STORES = storesOfTestFile();
 const redisStore = STORES.find(([name]) => name === 'RedisStore')?.[1] as () => Store;
 
-/** `store`, with a count of the refunds it has completed. */
+/** `store`, with a count of the refunds (settlements) it has completed. */
 function watchRefunds(store: Store): { store: Store; refunds: () => number } {
   let refunds = 0;
-  const refund = store.refund.bind(store);
-  store.refund = (scripts, key, call) =>
-    refund(scripts, key, call).then((reply) => {
+  const settle = store.settle.bind(store);
+  store.settle = (scripts, key, call) =>
+    settle(scripts, key, call).then((reply) => {
       refunds++;
       return reply;
     });

@@ -14,7 +14,7 @@ describe('MemoryStore boundedness', () => {
   test('1,000,000 distinct identifiers keep size <= maxKeys, fast', async () => {
     const store = new MemoryStore({ sweepIntervalMs: 0 });
     expect(store.maxKeys).toBe(100_000);
-    const check = { now: START, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, tiers: [{ limit: 10, window: 60_000 }] };
+    const check = { now: START, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers: [{ limit: 10, window: 60_000 }] };
     let maxSize = 0;
     for (let i = 0; i < 1_000_000; i++) {
       void store.check(ALGORITHMS['sliding-window'], `id${i}`, check);
@@ -75,7 +75,7 @@ describe('MemoryStore boundedness', () => {
     const store = new MemoryStore({ maxKeys: 100_000, sweepIntervalMs: 0 });
     const tiers = [{ limit: 10, window: 1_000 }];
     const check = (key: string, now: number) =>
-      store.check(ALGORITHMS['sliding-window'], key, { now, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, tiers });
+      store.check(ALGORITHMS['sliding-window'], key, { now, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers });
     // 25,000 keys expiring at START + 2 s, then 5,000 expiring at START + 12 s.
     for (let i = 0; i < 25_000; i++) void check(`old${i}`, START);
     for (let i = 0; i < 5_000; i++) void check(`young${i}`, START + 10_000);
@@ -102,13 +102,22 @@ describe('MemoryStore boundedness', () => {
     try {
       const store = new MemoryStore({ sweepIntervalMs: 1_000 });
       const tiers = [{ limit: 10, window: 1_000 }];
-      void store.check(ALGORITHMS['sliding-window'], 'early', { now: START, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, tiers });
+      void store.check(ALGORITHMS['sliding-window'], 'early', {
+        now: START,
+        cost: 1,
+        dryRun: false,
+        blockFor: 0,
+        countedAt: 0,
+        actualCost: 0,
+        tiers,
+      });
       void store.check(ALGORITHMS['sliding-window'], 'late', {
         now: START + 5_000,
         cost: 1,
         dryRun: false,
         blockFor: 0,
         countedAt: 0,
+        actualCost: 0,
         tiers,
       });
       expect(store.size).toBe(2);

@@ -234,7 +234,7 @@ describe('stores', () => {
     const custom: Store = {
       needsTimeout: true,
       check: async () => [1, Date.now(), 0, 1, 1, 0, 0],
-      refund: async () => [0],
+      settle: async () => [0, 0],
       reset: async () => {},
     };
     expect(createLimiter).type.toBeCallableWith({ store: custom });

@@ -119,7 +119,7 @@ export class RepeatedCheckArgv {
   private tiers: readonly Tier[] = [];
 
   argv(call: ScriptCall): readonly (string | number)[] {
-    if (call.now !== undefined || call.countedAt !== 0) return scriptArgv(call);
+    if (call.now !== undefined || call.countedAt !== 0 || call.actualCost !== 0) return scriptArgv(call);
     if (
       this.last !== undefined &&
       call.cost === this.cost &&

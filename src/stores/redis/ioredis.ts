@@ -7,7 +7,7 @@
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError, warn } from '../../errors';
 import { dryRunArgIndex } from '../../protocol';
-import { isNoScript, type RedisClientAdapter, type ScriptKind, scriptKindOf, shaOf } from './redis-client';
+import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, scriptKindOf, shaOf } from './redis-client';
 
 /** The parts of an ioredis `Redis` or `Cluster` this package uses. */
 export interface IoredisClient {
@@ -65,10 +65,10 @@ export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
     // already failed open could still be counted minutes later. Once the connection has been
     // up, refuse to queue: fail now, count nothing.
     unavailable: () => (client.status !== 'ready' && state.everReady ? `Redis connection is ${client.status}` : undefined),
-    run: (script, key, argv) => evaluate(client, script.lua, 'single', [key], argv),
+    run: (lua, keys, argv) => evaluate(client, lua, 'single', keys, argv),
     runBatch:
       client.isCluster === true ? undefined : (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, 'batch', keys, argv),
-    del: (key) => client.del(key),
+    del: (key) => client.del(key).then(undefined, rethrowStoreFailure),
   };
 }
 
@@ -80,8 +80,8 @@ function evaluate(
   argv: readonly (string | number)[],
 ): Promise<unknown> {
   return client.evalsha(shaOf(lua, kind), keys.length, ...keys, ...argv).then(undefined, (error: unknown) => {
-    if (isNoScript(error)) return client.eval(lua, keys.length, ...keys, ...argv);
-    throw error;
+    if (isNoScript(error)) return client.eval(lua, keys.length, ...keys, ...argv).then(undefined, rethrowStoreFailure);
+    rethrowStoreFailure(error);
   });
 }
 

@@ -8,7 +8,7 @@
 import { setMaxListeners } from 'node:events';
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError } from '../../errors';
-import { isNoScript, type RedisClientAdapter, type ScriptKind, shaOf } from './redis-client';
+import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, shaOf, storeFailure } from './redis-client';
 
 /**
  * The command options this package passes to node-redis: an `AbortSignal`, an empty type
@@ -142,18 +142,18 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
       if (client.isReady ?? client.isOpen) return undefined;
       return client.isOpen ? 'Redis connection is not ready' : 'Redis client is closed';
     },
-    run: (script, key, argv) => evaluate(script.lua, 'single', [key], argv),
+    run: (lua, keys, argv) => evaluate(lua, 'single', keys, argv),
     runBatch: cluster ? undefined : (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
-    del: (key) => send(key, ['DEL', key], plain),
+    del: (key) => send(key, ['DEL', key], plain).then(undefined, rethrowStoreFailure),
   };
 }
 
 /** A check whose epoch ended was failed by `renew()` (or lost with its connection): say so with our error. */
-function failure(error: unknown, options: NodeRedisCommandOptions): unknown {
+function failure(error: unknown, options: NodeRedisCommandOptions): Error {
   if (options.abortSignal?.aborted) {
     return new StoreUnavailableError('Redis connection lost before the check was answered', { cause: error });
   }
-  return error;
+  return storeFailure(error);
 }
 
 /*

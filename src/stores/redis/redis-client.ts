@@ -5,13 +5,17 @@
  * node-redis.ts) implements the rest, so the store logic is written once.
  */
 import { createHash } from 'node:crypto';
-import type { CheckScript, Script } from '../../algorithms/types';
+import type { CheckScript } from '../../algorithms/types';
+import { RateLimitTimeoutError, StoreError, StoreUnavailableError } from '../../errors';
 
 export interface RedisClientAdapter {
   /** Why a command sent now would not go to Redis at once (to fail instead of queueing it), or `undefined`. */
   unavailable(): string | undefined;
-  /** Runs `script` on one key: `EVALSHA`, falling back to `EVAL` when Redis answers `NOSCRIPT`. */
-  run(script: Script, key: string, argv: readonly (string | number)[]): Promise<unknown>;
+  /**
+   * Runs a script (`lua`) on its keys, all in one Cluster slot: `EVALSHA`, falling back to `EVAL`
+   * when Redis answers `NOSCRIPT`.
+   */
+  run(lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown>;
   del(key: string): Promise<unknown>;
   /**
    * Runs a check script's batch form on several keys in one call (see `batch.ts`); absent
@@ -20,7 +24,7 @@ export interface RedisClientAdapter {
   runBatch?(script: CheckScript, keys: readonly string[], argv: readonly string[]): Promise<unknown>;
 }
 
-/** A script of this package is called on one key (a check or a refund), or on many (a batch of checks). */
+/** A script of this package is called on one key (a check or a settle), or on many (a batch of checks). */
 export type ScriptKind = 'single' | 'batch';
 
 /** The SHA-1 of each script body sent, and the kind of each script by its body and by its SHA-1. */
@@ -47,4 +51,28 @@ export function scriptKindOf(bodyOrSha: string): ScriptKind | undefined {
 /** Redis answered that it does not hold the script (after a restart or `SCRIPT FLUSH`). */
 export function isNoScript(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT');
+}
+
+/** The classes of Redis error replies: ioredis (and iovalkey) `ReplyError`, node-redis `ErrorReply` and its kinds. */
+const REPLY_ERRORS = new Set(['ReplyError', 'ErrorReply', 'SimpleError', 'BlobError']);
+
+/**
+ * A client's failure as this package reports it: an error reply from Redis becomes a
+ * {@link StoreError} (code `SWL_STORE_ERROR`, its first word in `reply`), any other failure (a
+ * connection down, refused, reset or closed, a command the client would not queue) a
+ * {@link StoreUnavailableError}; the client's error is kept as `cause`.
+ */
+export function storeFailure(error: unknown): Error {
+  if (error instanceof StoreUnavailableError || error instanceof StoreError || error instanceof RateLimitTimeoutError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  const kind = error instanceof Error ? error.constructor.name : '';
+  if (REPLY_ERRORS.has(kind) || (error instanceof Error && error.name === 'ReplyError')) {
+    return new StoreError(/^[A-Z]+/.exec(message)?.[0] ?? 'ERR', `Redis answered with an error: ${message}`, { cause: error });
+  }
+  return new StoreUnavailableError(`Redis is unavailable: ${message}`, { cause: error });
+}
+
+/** Rethrows a client's failure as {@link storeFailure} reports it. */
+export function rethrowStoreFailure(error: unknown): never {
+  throw storeFailure(error);
 }

@@ -1,4 +1,4 @@
-import type { AlgorithmScripts, RawReply, Script } from '../../algorithms/types';
+import type { AlgorithmScripts, LeaseScript, RawReply } from '../../algorithms/types';
 import { type Done, settling } from '../../async';
 import { OptionError, StoreUnavailableError } from '../../errors';
 import { type ScriptCall, scriptArgv } from '../../protocol';
@@ -31,7 +31,7 @@ export interface RedisStoreOptions {
    *   `createCluster()`, connected (`await client.connect()`); create it with
    *   `disableOfflineQueue: true` (a cluster: `defaults: { disableOfflineQueue: true }`).
    *
-   * See the README, "Redis outages".
+   * See docs/redis.md.
    */
   client: RedisStoreClient;
 }
@@ -54,6 +54,12 @@ export class RedisStore implements CallbackStore {
   private readonly checkArgv = new RepeatedCheckArgv();
 
   constructor(options: RedisStoreOptions) {
+    if (isIoredisClient(options) || isNodeRedisClient(options) || isNodeRedisCluster(options)) {
+      throw new OptionError(
+        'SWL_INVALID_OPTIONS',
+        'options: RedisStore takes an options object: pass { client }, as in new RedisStore({ client })',
+      );
+    }
     checkOptions(options, OPTIONS, 'RedisStore');
     const { client } = options;
     this.client = client;
@@ -64,7 +70,7 @@ export class RedisStore implements CallbackStore {
       runBatch === undefined
         ? undefined
         : new CheckBatcher({
-            one: (script, key, argv) => redis.run(script, key, argv),
+            one: (script, key, argv) => redis.run(script.lua, [key], argv),
             many: (script, keys, argv) => runBatch(script, keys, argv),
           });
   }
@@ -79,17 +85,26 @@ export class RedisStore implements CallbackStore {
     const unavailable = this.redis.unavailable();
     if (unavailable !== undefined) done(new StoreUnavailableError(unavailable));
     else if (this.batcher !== undefined) this.batcher.check(scripts.check, key, argv, done);
-    else this.redis.run(scripts.check, key, argv).then((reply) => done(undefined, reply as RawReply), done);
+    else this.redis.run(scripts.check.lua, [key], argv).then((reply) => done(undefined, reply as RawReply), done);
   }
 
-  refund(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
-    return this.run(scripts.refund, key, scriptArgv(call));
+  settle(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
+    return this.run(scripts.settle.lua, [key], call);
   }
 
-  private run(script: Script, key: string, argv: (string | number)[]): Promise<RawReply> {
+  checkLease(scripts: AlgorithmScripts, key: string, leaseKey: string, call: ScriptCall): Promise<RawReply> {
+    return this.run(scripts.leaseCheck.lua, [key, leaseKey], call);
+  }
+
+  changeLease(script: LeaseScript, leaseKey: string, call: ScriptCall): Promise<RawReply> {
+    return this.run(script.lua, [leaseKey], call);
+  }
+
+  private run(lua: string, keys: readonly string[], call: ScriptCall): Promise<RawReply> {
+    const argv = scriptArgv(call);
     const unavailable = this.redis.unavailable();
     if (unavailable !== undefined) return Promise.reject(new StoreUnavailableError(unavailable));
-    return this.redis.run(script, key, argv) as Promise<RawReply>;
+    return this.redis.run(lua, keys, argv) as Promise<RawReply>;
   }
 
   reset(key: string): Promise<void> {
