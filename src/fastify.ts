@@ -131,16 +131,19 @@ function rateLimitHook(http: HttpLimiter<FastifyRequest, FastifyReply>): onReque
 }
 
 /**
- * How many of the app's routes lack this plugin's hook, from `printRoutes` (Fastify's only way
- * to list routes): each route entry is a line ending in its methods, `/a (GET)` or
- * `multi (GET, POST)`, followed by its hook lines, `• (onRequest) ["rateLimitHook()"]`.
+ * The app's routes that lack this plugin's hook, from `printRoutes` (Fastify's only way to list
+ * routes): each entry is a line ending in its methods, `/a (GET)` or `multi (GET, POST)` (routes
+ * with the same hooks are grouped), followed by its hook lines, `• (onRequest) ["rateLimitHook()"]`.
+ * `methods` counts the routes (one per method) of those entries.
  */
-function routesWithoutHook(fastify: FastifyInstance): string[] {
-  const missing: string[] = [];
+function routesWithoutHook(fastify: FastifyInstance): { entries: string[]; methods: number } {
+  const missing = { entries: [] as string[], methods: 0 };
   let entry: string | undefined;
   let hooked = false;
   const close = (): void => {
-    if (entry !== undefined && !hooked) missing.push(entry);
+    if (entry === undefined || hooked) return;
+    missing.entries.push(entry);
+    missing.methods += entry.slice(entry.lastIndexOf('(')).split(',').length;
   };
   for (const line of fastify.printRoutes({ commonPrefix: false, includeHooks: true }).split('\n')) {
     const text = line.replace(/^[\s│├└─]+/, '');
@@ -160,7 +163,7 @@ function routesWithoutHook(fastify: FastifyInstance): string[] {
  * A global plugin registered on the root instance must see every route. Routes registered before
  * it loaded (`register` not awaited before them, or called after them) never got its hook: warn
  * (`SWL_ROUTES_NOT_LIMITED`) once the app is ready. `exempt` counts the routes the plugin saw and
- * left alone (`config.rateLimit: false`).
+ * left alone (`config.rateLimit: false`), one per method.
  */
 function warnOnUnlimitedRoutes(fastify: FastifyInstance, exempt: () => number): void {
   // Children of the root are created with the parent as prototype: only the root has none of its own.
@@ -170,11 +173,12 @@ function warnOnUnlimitedRoutes(fastify: FastifyInstance, exempt: () => number): 
   fastify.addHook('onReady', (done) => {
     try {
       const missing = routesWithoutHook(fastify);
-      const unlimited = missing.length - exempt();
+      const unlimited = missing.methods - exempt();
       if (unlimited > 0) {
+        const { entries } = missing;
         warn(
           'SWL_ROUTES_NOT_LIMITED',
-          `rateLimitPlugin is global, but ${unlimited} route(s) were registered before it loaded and are not limited (${missing.slice(0, 5).join('; ')}${missing.length > 5 ? '; ...' : ''}). Register it first and await it: await app.register(rateLimitPlugin, options), then declare the routes (use config: { rateLimit: false } on routes meant to be unlimited).`,
+          `rateLimitPlugin is global, but ${unlimited} route(s) were registered before it loaded and are not limited (${entries.slice(0, 5).join('; ')}${entries.length > 5 ? '; ...' : ''}). Register it first and await it: await app.register(rateLimitPlugin, options), then declare the routes (use config: { rateLimit: false } on routes meant to be unlimited).`,
         );
       }
     } catch {
@@ -228,7 +232,7 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
 
   fastify.addHook('onRoute', (route: RouteOptions) => {
     const config = route.config?.rateLimit;
-    if (config === false) exempt++;
+    if (config === false) exempt += Array.isArray(route.method) ? route.method.length : 1;
     if (config === false || (config === undefined && !global)) return;
     let http = base;
     let hookName = pluginHook;

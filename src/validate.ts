@@ -79,7 +79,7 @@ function warnShortDuration(option: string, ms: number): void {
   shortDurationsWarned.add(seen);
   warn(
     'SWL_SHORT_DURATION',
-    `${option}: ${ms} is read as ${ms} milliseconds. For ${ms} seconds write '${ms}s' (or ${ms * SECOND}); to mean milliseconds without this warning, write '${ms}ms'.`,
+    `${option}: ${ms} is read as ${ms} ms. For ${ms} s write '${ms}s' (or ${ms * SECOND}); to mean milliseconds without this warning, write '${ms}ms'.`,
   );
 }
 

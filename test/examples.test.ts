@@ -6,6 +6,7 @@ import { createApp as createLoginAndPlansApp } from '../examples/login-and-plans
 import { createMetricsApp } from '../examples/metrics';
 import { createShadowApp } from '../examples/shadow';
 import { RedisStore } from '../src';
+import { freePort } from '../support/redis-server';
 import { redisClient, redisUrl, uniquePrefix } from './helpers/redis';
 
 const run = promisify(execFile);
@@ -80,4 +81,21 @@ describe('examples', () => {
     expect(stdout).toMatch(/Retry-After: \d+/);
     expect(stdout).toContain('store: Redis');
   }, 60_000);
+
+  test('npm run demo with nothing listening at REDIS_URL exits 1 with one line, at once', async () => {
+    const url = `redis://127.0.0.1:${await freePort()}`;
+    const started = Date.now();
+    const failure = await run('npm', ['run', '--silent', 'demo'], { env: { ...process.env, REDIS_URL: url }, timeout: 30_000 }).then(
+      () => undefined,
+      (error: { code?: number; killed?: boolean; stderr?: string; stdout?: string }) => error,
+    );
+    expect(failure).toMatchObject({ code: 1, killed: false, stdout: '' });
+    const lines = (failure?.stderr ?? '').trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(
+      /^demo: cannot reach Redis at redis:\/\/127\.0\.0\.1:\d+ \(connect ECONNREFUSED [^)]*\): start redis-server, or unset REDIS_URL/,
+    );
+    // ts-node's start-up is most of it; ioredis's retries (every 2 s) would be well past this.
+    expect(Date.now() - started).toBeLessThan(20_000);
+  }, 30_000);
 });

@@ -266,7 +266,7 @@ function requestTiers<Req, Res>(options: HttpOptions<Req, Res>): ((request: Req)
   }
   // Static parts are validated now, so a mistake there fails at construction.
   if (typeof limit !== 'function' || typeof window !== 'function') {
-    resolveTiers({ limit: typeof limit === 'function' ? 1 : limit, window: typeof window === 'function' ? 1 : window });
+    resolveTiers({ limit: typeof limit === 'function' ? 1 : limit, window: typeof window === 'function' ? '1s' : window });
   }
   const tiersOf = (limitAnswer: number | undefined, windowAnswer: Duration | undefined): Tier[] =>
     resolveTiers({

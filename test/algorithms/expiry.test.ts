@@ -136,7 +136,13 @@ onRedis.describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
   describe('real expiry in Redis (the one place with a real sleep)', () => {
     test("100 ms windows: every algorithm's key is gone from Redis after 2 x window", async () => {
       const limiters = (['sliding-window', 'fixed-window', 'sliding-log'] as const).map((algorithm) =>
-        createLimiter({ store: new RedisStore({ client: storeClient }), limit: 3, window: 100, algorithm, prefix: uniquePrefix('real') }),
+        createLimiter({
+          store: new RedisStore({ client: storeClient }),
+          limit: 3,
+          window: '100ms',
+          algorithm,
+          prefix: uniquePrefix('real'),
+        }),
       );
       await Promise.all(limiters.map((limiter) => limiter.check('a')));
       for (const limiter of limiters) {
@@ -164,7 +170,7 @@ describe.each(STORES)('after 2 x window the sliding window state is gone (inject
     const limiter = createLimiter({
       store: makeStore(),
       limit: 5,
-      window,
+      window: `${window}ms`,
       clock: clock.now,
       prefix: uniquePrefix('gone'),
       denyCacheSize: 0,

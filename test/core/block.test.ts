@@ -202,7 +202,7 @@ describe.each(STORES)('blockFor on $name', (kind) => {
 
     test("blockFor shorter than the counts' own wait: retryAfterMs is the counts' wait, and exact", async () => {
       const SHORT = 300;
-      const { clock, limiter } = setup({ blockFor: SHORT });
+      const { clock, limiter } = setup({ blockFor: `${SHORT}ms` });
       const denial = await deny(limiter);
       const wait = COUNTS_WAIT[algorithm];
       expect(denial).toMatchObject({ allowed: false, blocked: true, retryAfterMs: wait });
@@ -337,7 +337,7 @@ withoutRedis.describe('blockFor option', () => {
 
   test("durations are read as milliseconds; 0 means no block: a denial then waits for the counts' wait only", async () => {
     expect(createLimiter({ blockFor: '10s' }).blockFor).toBe(10_000);
-    expect(createLimiter({ blockFor: 250 }).blockFor).toBe(250);
+    expect(createLimiter({ blockFor: '250ms' }).blockFor).toBe(250);
     expect(createLimiter().blockFor).toBe(0);
     const clock = manualClock(START);
     const limiter = createLimiter({
@@ -382,7 +382,7 @@ describe.each(STORES)('the deny cache with blockFor on $name', (kind) => {
     const SHORT = 300;
     const clock = manualClock(START);
     const store = kind.make();
-    const common = { store, limits: TIERS, algorithm: 'fixed-window' as const, clock: clock.now, blockFor: SHORT };
+    const common = { store, limits: TIERS, algorithm: 'fixed-window' as const, clock: clock.now, blockFor: `${SHORT}ms` };
     const uncached = createLimiter({ ...common, prefix: uniquePrefix('nocache'), denyCacheSize: 0 });
     const cached = createLimiter({ ...common, prefix: uniquePrefix('cache') });
     const both = async (method: 'check' | 'peek') => [await uncached[method]('u'), await cached[method]('u')];

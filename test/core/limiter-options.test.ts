@@ -55,7 +55,7 @@ withoutRedis.describe('createLimiter options', () => {
     ['16.01s', 16_010],
     ['8.05m', 483_000],
     [' 10 s ', 10_000],
-    [250, 250],
+    [2_500, 2_500],
   ] as const)('window %p parses to %d ms', (window, ms) => {
     expect(parseDuration(window, 'window')).toBe(ms);
     expect(createLimiter({ limit: 10, window }).tiers).toEqual([{ limit: 10, window: ms }]);

@@ -6,15 +6,18 @@
 import express5, { type Request } from 'express';
 import { Redis, type RedisOptions } from 'ioredis';
 import request from 'supertest';
-import { RateLimitTimeoutError } from '../../src/errors';
+import { RateLimitTimeoutError, StoreUnavailableError } from '../../src/errors';
 import { RedisStore, rateLimit } from '../../src/express';
 import { freePort } from '../../support/redis-server';
 import { uniquePrefix } from '../helpers/redis';
+import { captureWarnings } from '../helpers/warnings';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const express4 = require('express4') as typeof express5;
 
 const TIMEOUT_MS = 150;
+/** Date.now() in the tests of SWL_STORE_FAILING's pace: only moves forward, across both Express versions. */
+let now = 1_800_000_000_000;
 /** Scheduling slack on a loaded 2-core machine; still far below ioredis' own retry delays. */
 const MARGIN_MS = 350;
 
@@ -33,8 +36,19 @@ async function deadClient(options: RedisOptions): Promise<Redis> {
 }
 
 const clientKinds: [string, RedisOptions, (error: unknown) => void][] = [
-  // Rejects at once: nothing is queued while disconnected.
-  ['enableOfflineQueue: false', { enableOfflineQueue: false }, (error) => expect(error).toBeInstanceOf(Error)],
+  // Rejects at once: nothing is queued while disconnected. Never connected, ioredis says
+  // "Stream isn't writeable": the store reports it as any unreachable Redis, with its code.
+  [
+    'enableOfflineQueue: false',
+    { enableOfflineQueue: false },
+    (error) => {
+      expect(error).toBeInstanceOf(StoreUnavailableError);
+      expect(error).toMatchObject({
+        code: 'SWL_STORE_UNAVAILABLE',
+        cause: expect.objectContaining({ message: expect.stringMatching(/writeable/) }),
+      });
+    },
+  ],
   // ioredis defaults queue the command and keep retrying: only the limiter's timer ends the wait.
   ['ioredis defaults + lazyConnect', { lazyConnect: true }, (error) => expect(error).toBeInstanceOf(RateLimitTimeoutError)],
 ];
@@ -106,5 +120,75 @@ describe.each([
       res.send('served');
     });
     await request(app).get('/').expect(200, 'served');
+  });
+
+  describe('with no onError', () => {
+    const warnings = captureWarnings();
+    beforeEach(() => {
+      jest.spyOn(Date, 'now').mockImplementation(() => now);
+    });
+    afterEach(() => jest.restoreAllMocks());
+
+    test('failing open is never silent: a coded warning on the first failure, then at most once a minute', async () => {
+      const app = express();
+      app.use(
+        rateLimit({ store: new RedisStore({ client: await deadClient({ enableOfflineQueue: false }) }), prefix: uniquePrefix('down') }),
+      );
+      app.get('/', (_req, res) => {
+        res.send('served');
+      });
+      const served = async (times: number) => {
+        for (let i = 0; i < times; i++) await request(app).get('/').expect(200, 'served');
+      };
+      await served(3);
+      const first = warnings.list;
+      expect(first.map((warning) => warning.code)).toEqual(['SWL_STORE_FAILING']);
+      expect(first[0].message).toMatch(/StoreUnavailableError.*let through unlimited \(failMode: 'open'\).*Pass onError/);
+      now += 59_000;
+      await served(2);
+      expect(warnings.codes()).toEqual(['SWL_STORE_FAILING']);
+      now += 1_000;
+      await served(1);
+      expect(warnings.codes()).toEqual(['SWL_STORE_FAILING', 'SWL_STORE_FAILING']);
+      now += 120_000; // a minute (and more) later, still failing
+    });
+
+    test("failMode 'closed' says the requests are refused", async () => {
+      now += 60_000;
+      const app = express();
+      app.use(
+        rateLimit({
+          store: new RedisStore({ client: await deadClient({ enableOfflineQueue: false }) }),
+          prefix: uniquePrefix('down'),
+          failMode: 'closed',
+        }),
+      );
+      await request(app).get('/').expect(503);
+      expect(warnings.list.map((warning) => warning.message)).toEqual([expect.stringMatching(/refused with 503/)]);
+      now += 60_000;
+    });
+  });
+});
+
+describe('RedisStore given a client that never connected', () => {
+  test('the client passed without braces is recognised: pass { client }', async () => {
+    const client = await deadClient({ enableOfflineQueue: false, lazyConnect: true });
+    expect(() => new RedisStore(client as never)).toThrow(
+      expect.objectContaining({ code: 'SWL_INVALID_OPTIONS', message: expect.stringMatching(/pass \{ client \}/) }),
+    );
+  });
+
+  test('node-redis, never connected: a coded StoreUnavailableError, at once', async () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { createClient } = require('redis') as typeof import('redis');
+    const client = createClient({ url: `redis://127.0.0.1:${await freePort()}` });
+    const store = new RedisStore({ client });
+    const middleware = rateLimit({ store, prefix: uniquePrefix('down'), onError: () => {} });
+    const error = await middleware.limiter.check('user:1').then(
+      () => undefined,
+      (failure: unknown) => failure,
+    );
+    expect(error).toBeInstanceOf(StoreUnavailableError);
+    expect(error).toMatchObject({ code: 'SWL_STORE_UNAVAILABLE' });
   });
 });

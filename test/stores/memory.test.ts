@@ -136,7 +136,7 @@ describe('MemoryStore boundedness', () => {
 describe('idle MemoryStore on the wall clock', () => {
   test('the sweep timer frees expired entries although no check runs any more', async () => {
     const store = new MemoryStore({ sweepIntervalMs: 20 });
-    const limiter = createLimiter({ store, limit: 5, window: 50 });
+    const limiter = createLimiter({ store, limit: 5, window: '50ms' });
     await Promise.all(['a', 'b', 'c'].map((id) => limiter.check(id)));
     expect(store.size).toBe(3);
     // Entries expire 2 x 50 ms after their last count; the timer is the only thing left running.
