@@ -506,7 +506,7 @@ async function main(): Promise<void> {
     // long-lived server's speed depends on its history: one holding a Redis connection whose first
     // traffic came after it had idled long enough for V8's memory reducer (about 10 s) answered 20
     // to 30 % slower for as long as it ran, and a bare server once turned about 40 % slower mid-run
-    // and stayed so (README, Performance). Fresh processes keep rounds independent, so the best
+    // and stayed so (bench/NOTES.md). Fresh processes keep rounds independent, so the best
     // round of a cell is not bound to one process's luck.
     const limits = [...new Set(SCENARIOS.map((s) => s.limit))];
     for (const limit of limits) {

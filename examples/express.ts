@@ -7,7 +7,7 @@ import { Redis } from 'ioredis';
 import { byApiKey, byIp, RedisStore, rateLimit } from '../src/express';
 
 // Settings recommended for the limiter's connection: fail fast while Redis is down
-// instead of queueing (see README, "Redis outages").
+// instead of queueing (see docs/redis.md, "Recommended settings").
 const client = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', {
   enableOfflineQueue: false,
   maxRetriesPerRequest: 1,

@@ -67,9 +67,9 @@ function warnIfForwardedUntrusted(request: RequestLike, ip: string): void {
 /**
  * Identifies a request by client IP: the framework's `request.ip`, which honours the
  * app's `trust proxy` (Express) or `trustProxy` (Fastify) setting and is never read from
- * headers by this package. IPv4 addresses, including IPv4-mapped IPv6 such as
- * `::ffff:203.0.113.7`, are used as they are; other IPv6 addresses are masked to
- * `ipv6Subnet`. Identifiers look like `ip:203.0.113.7` or `ip:2001:db8:0:1200::/56`.
+ * headers by this package. IPv4 addresses are used as they are, and an IPv4-mapped IPv6
+ * address (`::ffff:203.0.113.7`, what a dual-stack socket reports for an IPv4 client) as its
+ * IPv4 address; other IPv6 addresses are masked to `ipv6Subnet`. Identifiers look like `ip:203.0.113.7` or `ip:2001:db8:0:1200::/56`.
  */
 export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
   checkOptions(options, BY_IP_OPTIONS, 'byIp');
@@ -177,7 +177,7 @@ function present(id: unknown): string | undefined {
   throw new OptionError('SWL_INVALID_IDENTIFIER', `identify: must return a string, a finite number or nothing, got ${describeValue(id)}`);
 }
 
-/** IPv4 as is (also when IPv4-mapped in IPv6); IPv6 masked to `subnet` bits and written as `prefix::/subnet`. */
+/** IPv4 as is (IPv4-mapped IPv6 unmapped to it); IPv6 masked to `subnet` bits and written as `prefix::/subnet`. */
 export function normalizeIp(ip: string, subnet: number | false): string {
   const version = isIP(ip);
   if (version === 4) return ip;

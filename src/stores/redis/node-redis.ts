@@ -182,8 +182,7 @@ function failure(error: unknown, options: NodeRedisCommandOptions): Error {
  * Verified on node-redis 6.3 and 5.12 (a test pins the installed major version and this
  * behaviour, and fails on an upgrade that changes it). node-redis 5 emits `node-connect` at
  * most for a node client's first connection (5.12 does, 5.0 does not): there, a cluster's
- * reconnections are protected by `defaults: { disableOfflineQueue: true }` alone (see the
- * README).
+ * reconnections are protected by `defaults: { disableOfflineQueue: true }` alone (see docs/redis.md).
  */
 
 /** The command options of a check: the adapter's own, and the epoch's abort signal. */
