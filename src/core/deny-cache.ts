@@ -73,6 +73,8 @@ export class DenyCache {
       blocked: decision.blocked,
       shadow: decision.shadow,
       cached: true,
+      // As the store saw it at the denial: a refusal by the bound itself is never cached.
+      concurrency: decision.concurrency,
     };
   }
 

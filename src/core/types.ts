@@ -204,7 +204,8 @@ export interface Decision {
   readonly cached: boolean;
   /**
    * The bound on requests in progress, on a limiter with `concurrency`. A request it refuses has
-   * `retryAfterMs` `Infinity`: no wait is known, it depends on requests ending.
+   * `retryAfterMs` `Infinity`: no wait is known, it depends on requests ending. On a denial from
+   * the deny cache (`cached`), the figures are those the store reported when it denied.
    */
   readonly concurrency?: ConcurrencyDecision;
   /** The slot an allowed check took, on a limiter with `concurrency` (not for a peek): release it when the request is over. */

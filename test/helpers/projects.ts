@@ -44,6 +44,7 @@ export const SPLIT_FILES: readonly string[] = [
   'test/algorithms/sliding-window.test.ts',
   'test/core/block.test.ts',
   'test/core/call-limits.test.ts',
+  'test/core/concurrency.test.ts',
   'test/core/deny-cache.test.ts',
   'test/core/keys.test.ts',
   'test/core/limiter-options.test.ts',
