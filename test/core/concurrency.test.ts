@@ -123,7 +123,10 @@ describe.each(STORES)('on %s', (storeName, makeStore) => {
     expect((await limiter.check('u', { concurrency: 1 })).concurrency).toEqual({ limit: 1, inProgress: 1, refused: true });
     expect((await limiter.check('u', { concurrency: 5 })).concurrency).toEqual({ limit: 5, inProgress: 2, refused: false });
     const rateOnly = createLimiter({ store: makeStore(), clock: clock.now, limit: 5, prefix: uniquePrefix('conc') });
-    await expect(rateOnly.check('u', { concurrency: 2 })).rejects.toMatchObject({ code: 'SWL_CONFLICTING_OPTIONS', message: expect.stringMatching(/^concurrency: /) });
+    await expect(rateOnly.check('u', { concurrency: 2 })).rejects.toMatchObject({
+      code: 'SWL_CONFLICTING_OPTIONS',
+      message: expect.stringMatching(/^concurrency: /),
+    });
   });
 
   test('a peek reports the slots in progress and takes none', async () => {
@@ -148,10 +151,22 @@ describe.each(STORES)('on %s', (storeName, makeStore) => {
     });
 
     test('refused by the bound: counted in no rate tier', async () => {
-      const limiter = limiterWith({ algorithm, limits: [{ limit: 10, window: '1s' }, { limit: 100, window: '1h' }], concurrency: 1 });
+      const limiter = limiterWith({
+        algorithm,
+        limits: [
+          { limit: 10, window: '1s' },
+          { limit: 100, window: '1h' },
+        ],
+        concurrency: 1,
+      });
       const first = await limiter.check('u', { cost: 3 });
       const refused = await limiter.check('u', { cost: 3 });
-      expect(refused).toMatchObject({ allowed: false, counted: false, retryAfterMs: Infinity, concurrency: { refused: true, inProgress: 1 } });
+      expect(refused).toMatchObject({
+        allowed: false,
+        counted: false,
+        retryAfterMs: Infinity,
+        concurrency: { refused: true, inProgress: 1 },
+      });
       const counts = (await limiter.peek('u', { cost: 0 })).tiers.map((tier) => tier.estimated);
       expect(counts).toEqual([3, 3]);
       await first.lease!.release();
