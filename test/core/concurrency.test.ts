@@ -6,34 +6,16 @@
  * atomic step, so a request refused by either counts in neither.
  */
 import type { Cluster } from 'ioredis';
-import { createLimiter, type Decision, type Limiter, type LimiterOptions, MemoryStore, RedisStore, type Store } from '../../src';
+import { createLimiter, type Decision, type Limiter, type LimiterOptions } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
-import { closeClient, manualClock, REDIS_CLIENTS, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores } from '../helpers/stores';
+import { everyStore, manualClock, uniquePrefix } from '../helpers/redis';
 
-type StoreClient = ConstructorParameters<typeof RedisStore>[0]['client'];
-const clients = new Map<string, StoreClient>();
-onRedis.beforeAll(async () => {
-  for (const [name, kind] of REDIS_CLIENTS) {
-    clients.set(`RedisStore (${name})`, await kind.standalone());
-    clients.set(`RedisStore on Cluster (${name})`, await kind.cluster());
-  }
-});
-onRedis.afterAll(() => Promise.all([...clients.values()].map(closeClient)));
-
-const STORES = selectStores<[string, () => Store]>([
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-  ...REDIS_CLIENTS.flatMap(([name]) =>
-    [`RedisStore (${name})`, `RedisStore on Cluster (${name})`].map(
-      (storeName) => [storeName, () => new RedisStore({ client: clients.get(storeName)! })] as [string, () => Store],
-    ),
-  ),
-]);
+const STORES = everyStore();
 
 const START = 1_800_000_000_000 - (1_800_000_000_000 % 3_600_000) + 60_000;
 const LEASE_MS = 10_000;
 
-describe.each(STORES)('on %s', (storeName, makeStore) => {
+describe.each(STORES)('on %s', (storeName, makeStore, clientOf) => {
   let clock: ReturnType<typeof manualClock>;
   beforeEach(() => {
     clock = manualClock(START);
@@ -181,7 +163,7 @@ describe.each(STORES)('on %s', (storeName, makeStore) => {
       const prefix = uniquePrefix('layout');
       const limiter = limiterWith({ limit: 5, window: '1m', concurrency: 2 }, makeStore(), prefix);
       await limiter.check('u');
-      const client = clients.get(storeName) as Cluster;
+      const client = clientOf() as Cluster;
       expect(await client.exists(`{${prefix}:u}`)).toBe(1);
       expect(await client.exists(`{${prefix}:u}:leases`)).toBe(1);
       expect(limiter.keyFor('u')).toBe(`{${prefix}:u}`);

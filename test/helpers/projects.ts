@@ -49,6 +49,7 @@ export const SPLIT_FILES: readonly string[] = [
   'test/core/keys.test.ts',
   'test/core/limiter-options.test.ts',
   'test/core/refund.test.ts',
+  'test/core/settle.test.ts',
   'test/core/tiers.test.ts',
   'test/http/async-hooks.test.ts',
   'test/http/block-and-shadow.test.ts',

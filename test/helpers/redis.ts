@@ -3,9 +3,9 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import type * as NodeRedis from 'redis';
-import { RedisStore, type RedisStoreClient } from '../../src';
+import { MemoryStore, RedisStore, type RedisStoreClient, type Store } from '../../src';
 import { REDIS_CLUSTER_NODES_VARIABLE, REDIS_URL_VARIABLE } from './projects';
-import { runsStores } from './stores';
+import { onRedis, runsStores, selectStores } from './stores';
 
 /**
  * node-redis (the `redis` package), loaded on first use: loading it takes about 0.2 s, which
@@ -168,4 +168,30 @@ export function nodeRedisMajor(): number {
     }
   }
   throw new Error('no package.json of redis above its entry point');
+}
+
+/**
+ * Every store a feature must work on, for `describe.each`: `[name, make, client]` for the
+ * MemoryStore (no client) and a RedisStore over each client library on the standalone server and
+ * on the cluster (`RedisStore (ioredis)`, `RedisStore on Cluster (node-redis)`...); of these, the
+ * rows the running jest project runs. The clients are opened before the file's tests and closed
+ * after them. Call once, at the top level of a test file.
+ */
+export function everyStore(): [string, () => Store, () => StoreClient | undefined][] {
+  const clients = new Map<string, StoreClient>();
+  onRedis.beforeAll(async () => {
+    for (const [name, kind] of REDIS_CLIENTS) {
+      clients.set(`RedisStore (${name})`, await kind.standalone());
+      clients.set(`RedisStore on Cluster (${name})`, await kind.cluster());
+    }
+  });
+  onRedis.afterAll(() => Promise.all([...clients.values()].map(closeClient)));
+  const redisRows = REDIS_CLIENTS.flatMap(([name]) => [`RedisStore (${name})`, `RedisStore on Cluster (${name})`]).map(
+    (storeName): [string, () => Store, () => StoreClient | undefined] => [
+      storeName,
+      () => new RedisStore({ client: clients.get(storeName)! }),
+      () => clients.get(storeName),
+    ],
+  );
+  return selectStores([['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 }), () => undefined], ...redisRows]);
 }
