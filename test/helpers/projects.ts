@@ -54,6 +54,7 @@ export const SPLIT_FILES: readonly string[] = [
   'test/http/async-hooks.test.ts',
   'test/http/block-and-shadow.test.ts',
   'test/http/concurrency.test.ts',
+  'test/http/cost-after.test.ts',
   'test/http/dynamic-limits.test.ts',
   'test/http/handler.test.ts',
   'test/http/skip-requests.test.ts',
