@@ -20,7 +20,14 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
     let limiter: Limiter;
     beforeEach(() => {
       clock = manualClock(START);
-      limiter = createLimiter({ store: makeStore(), algorithm, limit: LIMIT, window: '1m', clock: clock.now, prefix: uniquePrefix('settle') });
+      limiter = createLimiter({
+        store: makeStore(),
+        algorithm,
+        limit: LIMIT,
+        window: '1m',
+        clock: clock.now,
+        prefix: uniquePrefix('settle'),
+      });
     });
     const counted = async () => (await limiter.peek('k', { cost: 0 })).estimated;
 
@@ -109,7 +116,10 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
   test('settle validates what it is given', async () => {
     const limiter = createLimiter({ store: makeStore(), limit: 10, prefix: uniquePrefix('settle') });
     const decision = await limiter.check('k');
-    await expect(limiter.settle('k', decision, -1)).rejects.toMatchObject({ code: 'SWL_INVALID_COST', message: expect.stringMatching(/^actualCost: /) });
+    await expect(limiter.settle('k', decision, -1)).rejects.toMatchObject({
+      code: 'SWL_INVALID_COST',
+      message: expect.stringMatching(/^actualCost: /),
+    });
     await expect(limiter.settle('k', decision, 1.5)).rejects.toMatchObject({ code: 'SWL_INVALID_COST' });
     await expect(limiter.settle('k', { allowed: true } as never, 1)).rejects.toMatchObject({ code: 'SWL_INVALID_TYPE' });
   });

@@ -9,6 +9,9 @@
  *   the handler began and finished, in epoch ms, after holding the request for N ms.
  * - `{ kind: 'hold', redisUrl, prefix, options, identifier, count }`: takes `count` leases of
  *   `identifier` through the core, prints when, and never releases them.
+ * - `{ kind: 'wait', redisUrl, prefix, options, identifier, count, startAt }`: at `startAt` (epoch
+ *   ms), calls `limiter.wait(identifier)` `count` times at once, and prints `waited <json>`: the
+ *   `now` of each allowed decision (the store's clock), in the order they were called; then exits.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -17,19 +20,22 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
 export interface AppProcessConfig {
-  kind: 'express' | 'fastify' | 'hold';
+  kind: 'express' | 'fastify' | 'hold' | 'wait';
   redisUrl: string;
   prefix: string;
   /** The limiter's options (JSON: no functions). */
   options: Record<string, unknown>;
   identifier?: string;
   count?: number;
+  startAt?: number;
 }
 
 export interface AppProcess {
   readonly child: ChildProcess;
-  /** The first line's value: the port, or when the leases were taken. */
+  /** The first line's value: the port, when the leases were taken, or when each wait ended. */
   readonly value: number;
+  /** The first line's text after its first word. */
+  readonly text: string;
   kill(): Promise<void>;
 }
 
@@ -50,10 +56,11 @@ export async function startAppProcess(config: AppProcessConfig): Promise<AppProc
       throw new Error(`app process exited with ${code} before it was ready`);
     }),
   ])) as [string];
-  const value = Number(line.split(' ')[1]);
+  const text = line.slice(line.indexOf(' ') + 1);
   return {
     child,
-    value,
+    value: Number(text),
+    text,
     async kill() {
       if (child.exitCode !== null || child.signalCode !== null) return;
       const exited = once(child, 'exit');
@@ -71,6 +78,17 @@ async function main(config: AppProcessConfig): Promise<void> {
   const { createLimiter, RedisStore } = await import('../../src');
   const store = new RedisStore({ client });
   const options = { store, prefix: config.prefix, ...config.options };
+
+  if (config.kind === 'wait') {
+    const limiter = createLimiter(options);
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, (config.startAt ?? 0) - Date.now())));
+    const allowedAt = await Promise.all(
+      Array.from({ length: config.count ?? 1 }, () => limiter.wait(config.identifier ?? 'u').then((decision) => decision.now)),
+    );
+    process.stdout.write(`waited ${JSON.stringify(allowedAt)}\n`);
+    await client.quit();
+    return;
+  }
 
   if (config.kind === 'hold') {
     const limiter = createLimiter(options);

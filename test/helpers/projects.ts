@@ -51,6 +51,7 @@ export const SPLIT_FILES: readonly string[] = [
   'test/core/refund.test.ts',
   'test/core/settle.test.ts',
   'test/core/tiers.test.ts',
+  'test/core/wait.test.ts',
   'test/http/async-hooks.test.ts',
   'test/http/block-and-shadow.test.ts',
   'test/http/concurrency.test.ts',

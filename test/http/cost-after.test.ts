@@ -104,7 +104,13 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
         { store: makeStore(), clock: () => START, prefix: uniquePrefix('gone'), route: waitForClose },
       );
       const handlerStarted = new Promise<void>((resolve) => started.push(resolve));
-      const req = http.get({ host: '127.0.0.1', port: app.port, path: '/', agent: false, headers: { 'x-reserve': '100', 'x-used': '300' } });
+      const req = http.get({
+        host: '127.0.0.1',
+        port: app.port,
+        path: '/',
+        agent: false,
+        headers: { 'x-reserve': '100', 'x-used': '300' },
+      });
       req.on('error', () => undefined);
       await handlerStarted;
       req.destroy();
