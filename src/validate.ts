@@ -64,7 +64,8 @@ export function parseDuration(value: unknown, option: string): number {
       `${option}: must be a positive whole number of milliseconds, got ${describeValue(value)}`,
     );
   }
-  if (typeof value === 'number' && ms < SECOND) warnShortDuration(option, ms);
+  // An option named in milliseconds (leaseMs) says its unit already.
+  if (typeof value === 'number' && ms < SECOND && !option.endsWith('Ms')) warnShortDuration(option, ms);
   return ms;
 }
 

@@ -62,6 +62,11 @@ function nextTime(now: number, tiers: readonly Tier[], random: () => number): nu
   return now + window * (1 + Math.floor(random() * 3)) + Math.floor(random() * window);
 }
 
+/** Tiers as options, their windows written in ms: a bare number under 1000 would warn (SWL_SHORT_DURATION). */
+function inMs(tiers: readonly Tier[]): { limit: number; window: string }[] {
+  return tiers.map((tier) => ({ limit: tier.limit, window: `${tier.window}ms` }));
+}
+
 function randomCost(random: () => number, tiers: readonly Tier[]): number {
   const smallest = Math.min(...tiers.map((tier) => tier.limit));
   const r = random();
@@ -93,11 +98,15 @@ function persistingClient(redis: Redis, ttl: { last: number | undefined }): Redi
     get(target, property) {
       const value = Reflect.get(target, property, target) as unknown;
       if (property === 'evalsha' || property === 'eval') {
-        return async (script: string, numberOfKeys: number, key: string, ...args: (string | number)[]) => {
-          if (Number(numberOfKeys) !== 1) return target[property](script, numberOfKeys, key, ...args);
+        // A lease check has two keys (the counts, then the leases): both are persisted, and
+        // `ttl.last` is the first's. The leases' own expiry is by score, in the virtual clock.
+        return async (script: string, numberOfKeys: number, ...keysAndArgs: (string | number)[]) => {
+          const keys = keysAndArgs.slice(0, Number(numberOfKeys)) as string[];
+          if (keys.length < 1 || keys.length > 2) return target[property](script, numberOfKeys, ...keysAndArgs);
           const multi = target.multi();
-          multi[property](script, numberOfKeys, key, ...args);
-          multi.pttl(key).persist(key);
+          multi[property](script, numberOfKeys, ...keysAndArgs);
+          multi.pttl(keys[0]);
+          for (const key of keys) multi.persist(key);
           const results = (await multi.exec())!;
           for (const [error] of results) if (error) throw error;
           ttl.last = results[1][1] as number;
@@ -163,7 +172,13 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         const redisStore = new RedisStore({ client: redisClientWithTtl });
         // A third of the configurations block denied identifiers (blockFor).
         const blockFor = config % 3 === 2 ? 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window))) : 0;
-        const common = { limits: tiers, algorithm, clock, denyCacheSize: 0, blockFor } as const;
+        const common = {
+          limits: inMs(tiers),
+          algorithm,
+          clock,
+          denyCacheSize: 0,
+          blockFor: blockFor === 0 ? undefined : `${blockFor}ms`,
+        } as const;
         const prefix = uniquePrefix('diff');
         const onRedis = createLimiter({ ...common, store: redisStore, prefix });
         const inMemory = createLimiter({ ...common, store: new MemoryStore({ sweepIntervalMs: 0 }), prefix });
@@ -214,7 +229,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
           );
           ttl.last = undefined;
           const method = peek ? 'peek' : 'check';
-          const options = callTiers === tiers ? { cost } : { cost, limits: callTiers };
+          const options = callTiers === tiers ? { cost } : { cost, limits: inMs(callTiers) };
           if (callTiers !== tiers) counts.ownLimits++;
           const fromRedis: Decision = await onRedis[method](id, options);
           const fromMemory: Decision = await inMemory[method](id, options);
@@ -266,6 +281,86 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
       expect(counts.ownLimits).toBeGreaterThan(200);
       expect(counts.blocks).toBeGreaterThan(30);
     });
+  });
+});
+
+/** A decision without its lease, whose id each limiter makes its own: the rest must be equal. */
+function withoutLease(decision: Decision): Omit<Decision, 'lease'> {
+  const { lease: _lease, ...rest } = decision;
+  return rest;
+}
+
+describe.each(ALGORITHMS)('%s with a concurrency bound: RedisStore and MemoryStore decide identically', (algorithm) => {
+  test('seeded random sequence of checks, peeks, releases and renewals, with and without rate tiers', async () => {
+    const seed = 0x1ea5e + ALGORITHMS.indexOf(algorithm);
+    const random = seeded(seed);
+    const counts = { steps: 0, allowed: 0, refusedByBound: 0, refusedByRate: 0, released: 0, releasedGone: 0, renewed: 0, renewedGone: 0 };
+    const ttl: { last: number | undefined } = { last: undefined };
+    const redisStore = new RedisStore({ client: persistingClient(client, ttl) });
+    for (let config = 0; config < 9; config++) {
+      const rateless = config % 3 === 0;
+      const tiers = randomTiers(random, algorithm);
+      const concurrency = 1 + Math.floor(random() * 4);
+      const leaseMs = [5, 40, 1_000, 60_000][config % 4];
+      let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
+      const common = {
+        algorithm,
+        clock: () => now,
+        denyCacheSize: 0,
+        concurrency,
+        leaseMs,
+        ...(rateless ? {} : { limits: inMs(tiers) }),
+      } as const;
+      const prefix = uniquePrefix('diff-lease');
+      const onRedis = createLimiter({ ...common, store: redisStore, prefix });
+      const inMemory = createLimiter({ ...common, store: new MemoryStore({ sweepIntervalMs: 0 }), prefix });
+      const held: [Decision, Decision][] = [];
+      const history: string[] = [];
+      const differ = (step: number, what: string, redis: unknown, memory: unknown) =>
+        new Error(
+          `seed ${seed}, config ${config} (${rateless ? 'no tiers' : JSON.stringify(tiers)}, concurrency ${concurrency}, leaseMs ${leaseMs}), step ${step}: ${what} differ\n` +
+            `last steps:\n  ${history.slice(-12).join('\n  ')}\nredis:  ${JSON.stringify(redis)}\nmemory: ${JSON.stringify(memory)}`,
+        );
+      for (let step = 0; step < 250; step++) {
+        now = nextTime(now, rateless ? [{ limit: 1, window: leaseMs * 2 }] : [...tiers, { limit: 1, window: leaseMs * 2 }], random);
+        const id = IDENTIFIERS[Math.floor(random() * 2)];
+        const r = random();
+        if (held.length > 0 && r < 0.3) {
+          const [fromRedis, fromMemory] = held.splice(Math.floor(random() * held.length), 1)[0];
+          const change = r < 0.2 ? 'release' : 'renew';
+          history.push(`${now} ${change} a lease taken at ${fromRedis.now}`);
+          const answers = [await fromRedis.lease![change](), await fromMemory.lease![change]()];
+          if (answers[0] !== answers[1]) throw differ(step, `${change} answers`, answers[0], answers[1]);
+          if (change === 'renew') {
+            counts[answers[0] ? 'renewed' : 'renewedGone']++;
+            if (answers[0]) held.push([fromRedis, fromMemory]);
+          } else counts[answers[0] ? 'released' : 'releasedGone']++;
+          continue;
+        }
+        const peek = r < 0.4;
+        const cost = rateless ? (random() < 0.9 ? 1 : 0) : randomCost(random, tiers);
+        history.push(`${now} ${peek ? 'peek' : 'check'} ${id} cost ${cost}`);
+        const fromRedis = await onRedis[peek ? 'peek' : 'check'](id, { cost });
+        const fromMemory = await inMemory[peek ? 'peek' : 'check'](id, { cost });
+        if (!isDeepStrictEqual(withoutLease(fromRedis), withoutLease(fromMemory))) throw differ(step, 'decisions', fromRedis, fromMemory);
+        if ((fromRedis.lease === undefined) !== (fromMemory.lease === undefined))
+          throw differ(step, 'leases', fromRedis.lease, fromMemory.lease);
+        if (fromRedis.lease !== undefined) held.push([fromRedis, fromMemory]);
+        counts.steps++;
+        if (fromRedis.allowed) counts.allowed++;
+        else if (fromRedis.concurrency?.refused) counts.refusedByBound++;
+        else counts.refusedByRate++;
+      }
+    }
+    if (process.env.DIFF_DEBUG) console.log(algorithm, counts);
+    // The sequence must reach every branch: both refusals, and live and gone leases for both changes.
+    expect(counts.allowed).toBeGreaterThan(300);
+    expect(counts.refusedByBound).toBeGreaterThan(100);
+    expect(counts.refusedByRate).toBeGreaterThan(20);
+    expect(counts.released).toBeGreaterThan(30);
+    expect(counts.releasedGone).toBeGreaterThan(100);
+    expect(counts.renewed).toBeGreaterThan(10);
+    expect(counts.renewedGone).toBeGreaterThan(50);
   });
 });
 

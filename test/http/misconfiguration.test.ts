@@ -130,6 +130,8 @@ describe('a numeric window in the wrong unit (SWL_SHORT_DURATION)', () => {
     createLimiter({ store: store(), limit: 10, window: '60ms', blockFor: '500ms' });
     createLimiter({ store: store(), limit: 10, window: 1_000, blockFor: 60_000 });
     createLimiter({ store: store(), limits: [{ limit: 10, window: '1s' }] });
+    // An option whose name says milliseconds is taken at its word.
+    createLimiter({ store: store(), concurrency: 2, leaseMs: 500 });
     expect(warnings.codes()).toEqual([]);
     createLimiter({ store: store(), limit: 10, window: '1m', blockFor: 30 });
     expect(warnings.codes()).toEqual(['SWL_SHORT_DURATION']);
