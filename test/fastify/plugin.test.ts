@@ -392,10 +392,12 @@ describe('Redis down', () => {
     expect(onError).toHaveBeenCalledTimes(1);
     expect(onError.mock.calls[0][1].url).toBe('/');
 
-    const closed = await setup({ store: await deadStore(), failMode: 'closed', timeoutMs: 100 });
+    const closedOnError = jest.fn();
+    const closed = await setup({ store: await deadStore(), failMode: 'closed', timeoutMs: 100, onError: closedOnError });
     closed.app.get('/', closed.handler);
     const refused = await get(closed.app, '/');
     expect(refused.statusCode).toBe(503);
+    expect(closedOnError).toHaveBeenCalledTimes(1);
     expect(refused.json()).toEqual({ error: 'Service Unavailable' });
     expect(closed.hits).toEqual([]);
   });
@@ -406,7 +408,7 @@ describe('Redis down', () => {
     deadClients.push(lazy);
     {
       const { app, handler } = await setup({ limit: 5 });
-      app.get('/slow', { config: { rateLimit: { store: new RedisStore({ client: lazy }), timeoutMs: 150, failMode: 'closed' } } }, handler);
+      app.get('/slow', { config: { rateLimit: { store: new RedisStore({ client: lazy }), timeoutMs: 150, failMode: 'closed', onError: () => {} } } }, handler);
       const started = Date.now();
       expect((await get(app, '/slow')).statusCode).toBe(503);
       expect(Date.now() - started).toBeLessThan(150 + 350);
