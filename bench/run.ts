@@ -2,9 +2,9 @@
  * `npm run bench`: throughput and latency of this package against the bare frameworks
  * and the usual alternatives, each backed by Redis on loopback.
  *
- * One command: starts its own redis-server on a free port, one server child process per
- * framework/limiter (bench/server.ts), and drives each with wrk (bench/wrk.ts). Writes
- * bench/results.md.
+ * One command: starts its own redis-server on a free port and its own three-master Redis
+ * Cluster, one server child process per framework/limiter (bench/server.ts), and drives each
+ * with wrk (bench/wrk.ts). Writes bench/results.md.
  *
  * Environment:
  * - BENCH_DURATION  seconds measured per cell (default 4)
@@ -12,15 +12,16 @@
  * - BENCH_ROUNDS    measurements per cell, interleaved (default 2); the best is reported
  * - BENCH_CONNECTIONS  wrk connections (default 64)
  * - BENCH_PIN       `1` (default): server on CPU 0, wrk and redis-server on CPU 1 (when there are 2+ CPUs); `0`: no pinning
- * - BENCH_ONLY      comma-separated filter of cells, e.g. `fastify:swl,fastify:bare` or `c`
+ * - BENCH_ONLY      comma-separated filter of cells, e.g. `fastify:swl,fastify:bare`, `c`, or `ca,cb` (the cluster's)
  * - BENCH_PROFILE   comma-separated `framework:limiter` servers to run under `node --cpu-prof` (profiles in bench/.tmp/profiles)
  * - BENCH_PEER_CLIENT  `default` (peers get a default ioredis client, as their READMEs show) or `same` (this package's options)
  * - BENCH_OUT       where to write the markdown (default bench/results.md; `-` for none)
  * - BENCH_SRC       a directory to run instead of src/ (an A/B test of a change, without touching the working tree)
  * - BENCH_WAIT_IDLE seconds to wait, at most, for other processes to leave the CPUs alone before starting (default 0)
  *
- * Each measurement also records the CPU time (from /proc) of the server, redis-server and
- * wrk, and what the rest of the machine used meanwhile ("other"), so a loaded machine shows.
+ * Each measurement also records the CPU time (from /proc) of the server, redis-server (every
+ * master, on the cluster) and wrk, and what the rest of the machine used meanwhile ("other"), so a
+ * loaded machine shows; Redis CPU per request is what the limiter costs the Redis nodes.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -28,7 +29,7 @@ import { cpus, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import Redis from 'ioredis';
 import { CLOCK_TICKS, processCpu } from '../support/process-cpu';
-import { startRedis } from '../support/redis-server';
+import { type RedisCluster, startCluster, startRedis } from '../support/redis-server';
 import { compileForBench } from './compile';
 import { describeWrk, runWrk, type Traffic, type WrkResult } from './wrk';
 
@@ -73,7 +74,9 @@ const CONFIGS: readonly { framework: Framework; limiters: readonly LimiterName[]
 ];
 
 interface Scenario {
-  id: 'a' | 'b' | 'c';
+  id: 'a' | 'b' | 'c' | 'ca' | 'cb';
+  /** Run against the three-master cluster rather than the standalone server. */
+  cluster: boolean;
   title: string;
   limit: number;
   traffic: Traffic;
@@ -88,6 +91,7 @@ const SCENARIOS: readonly Scenario[] = [
     limit: HIGH_LIMIT,
     traffic: { kind: 'one', id: 'user:1' },
     countStatuses: false,
+    cluster: false,
   },
   {
     id: 'b',
@@ -95,6 +99,7 @@ const SCENARIOS: readonly Scenario[] = [
     limit: HIGH_LIMIT,
     traffic: { kind: 'many', count: IDS },
     countStatuses: false,
+    cluster: false,
   },
   {
     id: 'c',
@@ -102,6 +107,23 @@ const SCENARIOS: readonly Scenario[] = [
     limit: LOW_LIMIT,
     traffic: { kind: 'one', id: 'user:flood' },
     countStatuses: true,
+    cluster: false,
+  },
+  {
+    id: 'ca',
+    title: '(ca) on a 3-master Redis Cluster: allowed traffic, one identifier',
+    limit: HIGH_LIMIT,
+    traffic: { kind: 'one', id: 'user:1' },
+    countStatuses: false,
+    cluster: true,
+  },
+  {
+    id: 'cb',
+    title: `(cb) on a 3-master Redis Cluster: allowed traffic over ${IDS.toLocaleString('en-US')} identifiers`,
+    limit: HIGH_LIMIT,
+    traffic: { kind: 'many', count: IDS },
+    countStatuses: false,
+    cluster: true,
   },
 ];
 
@@ -114,6 +136,8 @@ interface CpuShare {
   other: number;
   /** Server CPU microseconds per request answered. */
   serverUsPerRequest: number;
+  /** redis-server CPU microseconds per request answered (every master summed, on the cluster). */
+  redisUsPerRequest: number;
 }
 
 interface Run extends WrkResult {
@@ -154,7 +178,13 @@ function log(message: string): void {
 
 let buildDir = '';
 
-function startServer(framework: Framework, limiter: LimiterName, limit: number, redisPort: number): Promise<Server> {
+/** Where a server finds Redis: the standalone server's port, and the cluster's masters for a cluster scenario. */
+interface RedisTarget {
+  port: number;
+  clusterPorts?: number[];
+}
+
+function startServer(framework: Framework, limiter: LimiterName, limit: number, redis: RedisTarget): Promise<Server> {
   const profile = PROFILE.has(`${framework}:${limiter}`);
   if (profile) mkdirSync(PROFILE_DIR, { recursive: true });
   const nodeArgs = [
@@ -174,7 +204,8 @@ function startServer(framework: Framework, limiter: LimiterName, limit: number, 
       BENCH_LIMITER: limiter,
       BENCH_LIMIT: String(limit),
       BENCH_WINDOW_MS: String(WINDOW_MS),
-      BENCH_REDIS_PORT: String(redisPort),
+      BENCH_REDIS_PORT: String(redis.port),
+      BENCH_REDIS_CLUSTER: (redis.clusterPorts ?? []).join(','),
       BENCH_PEER_CLIENT: PEER_CLIENT,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -271,16 +302,23 @@ interface Target {
   scenario: Scenario['id'];
   minRatio?: number;
   minOverBestPeer?: number;
+  /** Redis CPU per request at most this many times the thriftiest peer's. */
+  maxRedisCpuOverBestPeer?: number;
 }
 
+const REDIS_CPU = 0.7;
 const TARGETS: readonly Target[] = [
-  { framework: 'fastify', scenario: 'a', minRatio: 0.55, minOverBestPeer: 1.2 },
-  { framework: 'fastify', scenario: 'b', minRatio: 0.55, minOverBestPeer: 1.2 },
+  { framework: 'fastify', scenario: 'a', minRatio: 0.55, minOverBestPeer: 1.2, maxRedisCpuOverBestPeer: REDIS_CPU },
+  { framework: 'fastify', scenario: 'b', minRatio: 0.55, minOverBestPeer: 1.2, maxRedisCpuOverBestPeer: REDIS_CPU },
   { framework: 'fastify', scenario: 'c', minRatio: 0.8 },
+  { framework: 'fastify', scenario: 'ca', minOverBestPeer: 1.3, maxRedisCpuOverBestPeer: REDIS_CPU },
+  { framework: 'fastify', scenario: 'cb', minOverBestPeer: 1.3, maxRedisCpuOverBestPeer: REDIS_CPU },
   // Ahead of every peer: more requests/s than the fastest one.
-  { framework: 'express', scenario: 'a', minOverBestPeer: 1 },
-  { framework: 'express', scenario: 'b', minOverBestPeer: 1 },
+  { framework: 'express', scenario: 'a', minOverBestPeer: 1, maxRedisCpuOverBestPeer: REDIS_CPU },
+  { framework: 'express', scenario: 'b', minOverBestPeer: 1, maxRedisCpuOverBestPeer: REDIS_CPU },
   { framework: 'express', scenario: 'c', minOverBestPeer: 1 },
+  { framework: 'express', scenario: 'ca', minOverBestPeer: 1, maxRedisCpuOverBestPeer: REDIS_CPU },
+  { framework: 'express', scenario: 'cb', minOverBestPeer: 1, maxRedisCpuOverBestPeer: REDIS_CPU },
 ];
 
 const PEERS: readonly LimiterName[] = ['erl', 'rlf', 'frl'];
@@ -314,6 +352,23 @@ function ratioBetween(
   return best(cell.runs).requestsPerSecond / best(base.runs).requestsPerSecond;
 }
 
+/** Redis CPU per request of `limiter` (its lowest round) ÷ the lowest of the peers', and that peer. */
+function redisCpuOverBestPeer(
+  cells: readonly Cell[],
+  framework: Framework,
+  limiter: LimiterName,
+  scenario: Scenario['id'],
+): { ratio: number; peer: LimiterName } | undefined {
+  const lowest = (cell: Cell): number => Math.min(...cell.runs.map((r) => r.cpu.redisUsPerRequest));
+  const mine = cells.find((c) => c.framework === framework && c.limiter === limiter && c.scenario.id === scenario && c.runs.length > 0);
+  const peers = cells.filter(
+    (c) => c.framework === framework && c.scenario.id === scenario && PEERS.includes(c.limiter) && c.runs.length > 0,
+  );
+  if (mine === undefined || peers.length === 0) return undefined;
+  const thriftiest = peers.reduce((a, b) => (lowest(b) < lowest(a) ? b : a));
+  return { ratio: lowest(mine) / lowest(thriftiest), peer: thriftiest.limiter };
+}
+
 /** Bare server CPU per request ÷ this limiter's (best round of each). */
 function cpuRatioOf(cells: readonly Cell[], framework: Framework, limiter: LimiterName, scenario: Scenario['id']): number | undefined {
   const cell = cells.find((c) => c.framework === framework && c.limiter === limiter && c.scenario.id === scenario);
@@ -336,7 +391,9 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
   lines.push(`| machine | ${CPU_COUNT} CPUs (\`nproc\`), ${cpuModel()} |`);
   lines.push(`| source | ${gitState()} |`);
   lines.push(`| node | ${process.version} |`);
-  lines.push(`| redis | redis-server ${meta.redisVersion}, loopback, no persistence, started by the bench |`);
+  lines.push(
+    `| redis | redis-server ${meta.redisVersion}, loopback, no persistence, started by the bench: a standalone server, and for the (ca) and (cb) cells a cluster of three masters (no replicas); clients of the cluster: ioredis \`Cluster\` (node-redis \`createCluster\` in the "over node-redis" rows) with the same options as on the standalone server |`,
+  );
   lines.push(`| frameworks | express ${version('express')}, fastify ${version('fastify')} |`);
   lines.push(
     `| libraries | ioredis ${version('ioredis')}, node-redis (\`redis\`) ${version('redis')}, express-rate-limit ${version('express-rate-limit')}, rate-limit-redis ${version('rate-limit-redis')}, rate-limiter-flexible ${version('rate-limiter-flexible')}, @fastify/rate-limit ${version('@fastify/rate-limit')} |`,
@@ -369,9 +426,9 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     if (rows.length === 0) continue;
     lines.push(`## ${framework === 'express' ? 'Express' : 'Fastify'}`, '');
     lines.push(
-      '| scenario | limiter | requests/s | p50 ms | p99 ms | ratio to bare | status mix | requests/s per round | server CPU µs/request | CPU cores: server / redis / wrk / other |',
+      '| scenario | limiter | requests/s | p50 ms | p99 ms | ratio to bare | status mix | requests/s per round | server CPU µs/request | Redis CPU µs/request | CPU cores: server / redis / wrk / other |',
     );
-    lines.push('| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |');
+    lines.push('| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- |');
     for (const scenario of SCENARIOS) {
       for (const limiter of limiters) {
         const cell = rows.find((c) => c.limiter === limiter && c.scenario.id === scenario.id);
@@ -379,7 +436,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
         const top = best(cell.runs);
         const ratio = ratioOf(cells, framework, limiter, scenario.id);
         lines.push(
-          `| ${scenario.title} | ${LIMITER_LABELS[limiter]} | ${fmtRps(top.requestsPerSecond)} | ${fmtMs(top.p50Us)} | ${fmtMs(top.p99Us)} | ${ratio === undefined ? '' : ratio.toFixed(2)} | ${statusMix(top)}${top.socketErrors ? `, ${top.socketErrors} socket errors` : ''} | ${cell.runs.map((r) => fmtRps(r.requestsPerSecond)).join(', ')} | ${top.cpu.serverUsPerRequest.toFixed(1)} | ${fmtCpu(top.cpu)} |`,
+          `| ${scenario.title} | ${LIMITER_LABELS[limiter]} | ${fmtRps(top.requestsPerSecond)} | ${fmtMs(top.p50Us)} | ${fmtMs(top.p99Us)} | ${ratio === undefined ? '' : ratio.toFixed(2)} | ${statusMix(top)}${top.socketErrors ? `, ${top.socketErrors} socket errors` : ''} | ${cell.runs.map((r) => fmtRps(r.requestsPerSecond)).join(', ')} | ${top.cpu.serverUsPerRequest.toFixed(1)} | ${Math.min(...cell.runs.map((r) => r.cpu.redisUsPerRequest)).toFixed(1)} | ${fmtCpu(top.cpu)} |`,
         );
       }
     }
@@ -399,12 +456,16 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     '',
   );
   lines.push(
-    '| framework | scenario | target | ratio to bare | best peer (its ratio) | × best peer | | over node-redis | with auto-pipelining | CPU ratio | CPU ratio over node-redis | CPU ratio with auto-pipelining | floor ratio | this package, of floor |',
-    '| --- | --- | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    "Redis CPU × thriftiest peer = this package's redis-server CPU µs per request (lowest round; every master summed on the cluster) ÷ the lowest of the peer libraries' in the same framework and scenario.",
+    '',
+  );
+  lines.push(
+    '| framework | scenario | target | ratio to bare | best peer (its ratio) | × best peer | Redis CPU × thriftiest peer | | over node-redis | with auto-pipelining | CPU ratio | CPU ratio over node-redis | CPU ratio with auto-pipelining | floor ratio | this package, of floor |',
+    '| --- | --- | --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   );
   const fmt = (n: number | undefined): string => (n === undefined ? '' : n.toFixed(2));
   for (const target of TARGETS) {
-    const { framework, scenario, minRatio, minOverBestPeer } = target;
+    const { framework, scenario, minRatio, minOverBestPeer, maxRedisCpuOverBestPeer } = target;
     const ratio = ratioOf(cells, framework, 'swl', scenario);
     if (ratio === undefined) continue;
     const peer = bestPeer(cells, framework, scenario);
@@ -412,13 +473,16 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     const wanted = [
       minRatio === undefined ? '' : `ratio ≥ ${minRatio.toFixed(2)}`,
       minOverBestPeer === undefined ? '' : minOverBestPeer === 1 ? 'ahead of every peer' : `≥ ${minOverBestPeer.toFixed(2)} × best peer`,
+      maxRedisCpuOverBestPeer === undefined ? '' : `Redis CPU ≤ ${maxRedisCpuOverBestPeer.toFixed(1)} × thriftiest peer`,
     ].filter(Boolean);
+    const redisCpu = redisCpuOverBestPeer(cells, framework, 'swl', scenario);
     const met =
       (minRatio === undefined || ratio >= minRatio) &&
-      (minOverBestPeer === undefined || (overPeer !== undefined && (minOverBestPeer === 1 ? overPeer > 1 : overPeer >= minOverBestPeer)));
+      (minOverBestPeer === undefined || (overPeer !== undefined && (minOverBestPeer === 1 ? overPeer > 1 : overPeer >= minOverBestPeer))) &&
+      (maxRedisCpuOverBestPeer === undefined || (redisCpu !== undefined && redisCpu.ratio <= maxRedisCpuOverBestPeer));
     const peerText = peer === undefined ? '' : `${LIMITER_LABELS[peer].split(' (')[0]} (${fmt(ratioOf(cells, framework, peer, scenario))})`;
     lines.push(
-      `| ${framework} | (${scenario}) | ${wanted.join(', ')} | ${ratio.toFixed(2)} | ${peerText} | ${overPeer === undefined ? '' : overPeer.toFixed(3)} | ${met ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, framework, 'swlnr', scenario))} | ${fmt(ratioOf(cells, framework, 'swlap', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlnr', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlap', scenario))} | ${fmt(ratioOf(cells, framework, 'floor', scenario))} | ${fmt(ratioBetween(cells, framework, 'swl', 'floor', scenario))} |`,
+      `| ${framework} | (${scenario}) | ${wanted.join(', ')} | ${ratio.toFixed(2)} | ${peerText} | ${overPeer === undefined ? '' : overPeer.toFixed(3)} | ${redisCpu === undefined ? '' : `${redisCpu.ratio.toFixed(2)} (${redisCpu.peer})`} | ${met ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, framework, 'swlnr', scenario))} | ${fmt(ratioOf(cells, framework, 'swlap', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlnr', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlap', scenario))} | ${fmt(ratioOf(cells, framework, 'floor', scenario))} | ${fmt(ratioBetween(cells, framework, 'swl', 'floor', scenario))} |`,
     );
   }
   lines.push('');
@@ -475,11 +539,24 @@ async function main(): Promise<void> {
   const redisVersion = /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown';
   const redisPid = Number(/process_id:(\d+)/.exec(info)?.[1]);
   pinRedis(redisPid);
+  // The cluster only when a cluster scenario is selected: it takes a few seconds to form.
+  const wantsCluster = SCENARIOS.some(
+    (s) => s.cluster && CONFIGS.some(({ framework, limiters }) => limiters.some((l) => selected(framework, l, s.id))),
+  );
+  const cluster: RedisCluster | undefined = wantsCluster ? await startCluster(3) : undefined;
+  const clusterAdmins = (cluster?.nodes ?? []).map((node) => new Redis({ port: node.port, host: '127.0.0.1', lazyConnect: true }));
+  const clusterPids: number[] = [];
+  for (const node of clusterAdmins) {
+    await node.connect();
+    const pid = Number(/process_id:(\d+)/.exec(await node.info('server'))?.[1]);
+    pinRedis(pid);
+    clusterPids.push(pid);
+  }
   const waitIdle = Number(process.env.BENCH_WAIT_IDLE ?? 0);
   if (waitIdle > 0) {
     const deadline = Date.now() + waitIdle * 1000;
     for (;;) {
-      const load = await foreignLoad(3, () => processCpu(redisPid));
+      const load = await foreignLoad(3, () => processCpu(redisPid) + clusterPids.reduce((sum, pid) => sum + processCpu(pid), 0));
       if (load < 0.15 || Date.now() > deadline) {
         log(`other processes: ${load.toFixed(2)} cores over 3 s; starting`);
         break;
@@ -498,7 +575,7 @@ async function main(): Promise<void> {
   };
   process.on('SIGINT', () => {
     for (const server of servers) server.child.kill('SIGKILL');
-    void redis.stop().then(() => process.exit(130));
+    void Promise.all([redis.stop(), cluster?.stop()]).then(() => process.exit(130));
   });
 
   try {
@@ -508,12 +585,19 @@ async function main(): Promise<void> {
     // to 30 % slower for as long as it ran, and a bare server once turned about 40 % slower mid-run
     // and stayed so (bench/NOTES.md). Fresh processes keep rounds independent, so the best
     // round of a cell is not bound to one process's luck.
-    const limits = [...new Set(SCENARIOS.map((s) => s.limit))];
-    for (const limit of limits) {
-      const scenarios = SCENARIOS.filter((s) => s.limit === limit);
+    const groups = [...new Set(SCENARIOS.map((s) => `${s.cluster}:${s.limit}`))];
+    for (const group of groups) {
+      const scenarios = SCENARIOS.filter((s) => `${s.cluster}:${s.limit}` === group);
       if (!CONFIGS.some(({ framework, limiters }) => limiters.some((limiter) => scenarios.some((s) => selected(framework, limiter, s.id)))))
         continue;
-      await admin.flushall();
+      const { limit, cluster: onCluster } = scenarios[0];
+      const target: RedisTarget = onCluster
+        ? { port: redis.port, clusterPorts: cluster!.nodes.map((node) => node.port) }
+        : { port: redis.port };
+      const redisPids = onCluster ? clusterPids : [redisPid];
+      const redisCpu = (): number => redisPids.reduce((sum, pid) => sum + processCpu(pid), 0);
+      if (onCluster) await Promise.all(clusterAdmins.map((node) => node.flushall()));
+      else await admin.flushall();
       for (const scenario of scenarios) {
         const order = CONFIGS.flatMap(({ framework, limiters }) =>
           limiters.filter((limiter) => selected(framework, limiter, scenario.id)).map((limiter) => ({ framework, limiter })),
@@ -527,7 +611,7 @@ async function main(): Promise<void> {
           const indices = order.map((_, i) => i);
           if (round % 2 === 1) indices.reverse();
           for (const i of indices) {
-            const server = await startServer(order[i].framework, order[i].limiter, limit, redis.port);
+            const server = await startServer(order[i].framework, order[i].limiter, limit, target);
             servers.push(server);
             try {
               const common = {
@@ -544,14 +628,14 @@ async function main(): Promise<void> {
                 at: process.hrtime.bigint(),
                 busy: machineBusy(),
                 server: processCpu(pid),
-                redis: processCpu(redisPid),
+                redis: redisCpu(),
                 self: process.cpuUsage(),
               };
               const result = await runWrk({ ...common, durationSeconds: DURATION });
               const wall = Number(process.hrtime.bigint() - before.at) / 1e9;
               const self = process.cpuUsage(before.self);
               const server_ = processCpu(pid) - before.server;
-              const redis_ = processCpu(redisPid) - before.redis;
+              const redis_ = redisCpu() - before.redis;
               const other = machineBusy() - before.busy - server_ - redis_ - result.cpuSeconds - (self.user + self.system) / 1e6;
               const cpu: CpuShare = {
                 server: server_ / wall,
@@ -559,10 +643,11 @@ async function main(): Promise<void> {
                 wrk: result.cpuSeconds / wall,
                 other: Math.max(0, other) / wall,
                 serverUsPerRequest: (server_ * 1e6) / result.requests,
+                redisUsPerRequest: (redis_ * 1e6) / result.requests,
               };
               scenarioCells[i].runs.push({ ...result, cpu });
               log(
-                `${scenario.id} round ${round + 1}/${ROUNDS} ${server.framework.padEnd(7)} ${server.limiter.padEnd(4)} ${fmtRps(result.requestsPerSecond).padStart(7)} req/s  p50 ${fmtMs(result.p50Us)} ms  p99 ${fmtMs(result.p99Us)} ms  CPU server/redis/wrk/other ${fmtCpu(cpu)}  server ${cpu.serverUsPerRequest.toFixed(1)} µs/req  ${statusMix(result)}`,
+                `${scenario.id} round ${round + 1}/${ROUNDS} ${server.framework.padEnd(7)} ${server.limiter.padEnd(4)} ${fmtRps(result.requestsPerSecond).padStart(7)} req/s  p50 ${fmtMs(result.p50Us)} ms  p99 ${fmtMs(result.p99Us)} ms  CPU server/redis/wrk/other ${fmtCpu(cpu)}  server ${cpu.serverUsPerRequest.toFixed(1)} µs/req  redis ${cpu.redisUsPerRequest.toFixed(1)} µs/req  ${statusMix(result)}`,
               );
             } finally {
               servers.splice(servers.indexOf(server), 1);
@@ -575,7 +660,8 @@ async function main(): Promise<void> {
   } finally {
     await stopAll();
     await admin.quit().catch(() => undefined);
-    await redis.stop();
+    for (const node of clusterAdmins) await node.quit().catch(() => undefined);
+    await Promise.all([redis.stop(), cluster?.stop()]);
   }
 
   const markdown = report(cells, { started, seconds: (Date.now() - started.getTime()) / 1000, loadBefore, redisVersion });

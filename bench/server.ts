@@ -10,14 +10,16 @@
  *                    | `rlf` (rate-limiter-flexible RateLimiterRedis) | `frl` (@fastify/rate-limit)
  * - BENCH_LIMIT, BENCH_WINDOW_MS: the same limit for every limiter
  * - BENCH_REDIS_PORT: the redis-server on loopback
+ * - BENCH_REDIS_CLUSTER: comma-separated ports of a Redis Cluster's masters on loopback: when set,
+ *   every limiter's client is a cluster client of it (ioredis `Cluster`, node-redis `createCluster`)
  * - BENCH_PEER_CLIENT: `default` (peers get `new Redis(port)`, as their docs show) or `same`
  *   (peers get the same client options as this package)
  *
  * Every limiter identifies a request by its `x-id` header, and the route answers a short
  * text. Prints `READY <port>` on stdout once Redis is connected and the server listens.
  */
-import Redis, { type RedisOptions } from 'ioredis';
-import { createClient } from 'redis';
+import Redis, { Cluster, type RedisOptions } from 'ioredis';
+import { createClient, createCluster } from 'redis';
 import type { RedisStoreClient } from '../src';
 
 const framework = process.env.BENCH_FRAMEWORK ?? 'express';
@@ -25,6 +27,7 @@ const limiterName = process.env.BENCH_LIMITER ?? 'bare';
 const limit = Number(process.env.BENCH_LIMIT ?? 1_000_000_000);
 const windowMs = Number(process.env.BENCH_WINDOW_MS ?? 60_000);
 const redisPort = Number(process.env.BENCH_REDIS_PORT ?? 6379);
+const clusterPorts = (process.env.BENCH_REDIS_CLUSTER ?? '').split(',').filter(Boolean).map(Number);
 const peerClient = process.env.BENCH_PEER_CLIENT ?? 'default';
 /** Each server counts under its own key prefix, so no two share (or clobber) a key. */
 const prefix = process.env.BENCH_PREFIX ?? `${framework}-${limiterName}`;
@@ -37,6 +40,18 @@ const WITH_AUTOPIPELINING: RedisOptions = { ...RECOMMENDED_CLIENT, enableAutoPip
 const BODY = 'ok';
 
 async function connect(options: RedisOptions): Promise<Redis> {
+  if (clusterPorts.length > 0) {
+    // The same options on a Cluster: the offline queue and auto-pipelining are the cluster's own,
+    // the rest go to each node's connection.
+    const { enableOfflineQueue, enableAutoPipelining, ...redisOptions } = options;
+    const cluster = new Cluster(
+      clusterPorts.map((port) => ({ host: '127.0.0.1', port })),
+      { lazyConnect: true, redisOptions, ...(enableOfflineQueue === undefined ? {} : { enableOfflineQueue }), enableAutoPipelining },
+    );
+    await cluster.connect();
+    // The peers' types ask for a `Redis`; a `Cluster` offers the same commands.
+    return cluster as unknown as Redis;
+  }
   const client = new Redis({ host: '127.0.0.1', port: redisPort, lazyConnect: true, ...options });
   await client.connect();
   return client;
@@ -44,6 +59,15 @@ async function connect(options: RedisOptions): Promise<Redis> {
 
 /** This package's client for limiter `swl`, `swlap` or `swlnr`. */
 async function storeClient(): Promise<RedisStoreClient> {
+  if (limiterName === 'swlnr' && clusterPorts.length > 0) {
+    const cluster = createCluster({
+      rootNodes: clusterPorts.map((port) => ({ url: `redis://127.0.0.1:${port}` })),
+      defaults: { disableOfflineQueue: true },
+    });
+    cluster.on('error', (error: Error) => process.stderr.write(`node-redis: ${error.message}\n`));
+    await cluster.connect();
+    return cluster;
+  }
   if (limiterName === 'swlnr') {
     // The node-redis client the README recommends for the limiter.
     const client = createClient({ socket: { host: '127.0.0.1', port: redisPort }, disableOfflineQueue: true });
