@@ -408,7 +408,11 @@ describe('Redis down', () => {
     deadClients.push(lazy);
     {
       const { app, handler } = await setup({ limit: 5 });
-      app.get('/slow', { config: { rateLimit: { store: new RedisStore({ client: lazy }), timeoutMs: 150, failMode: 'closed', onError: () => {} } } }, handler);
+      app.get(
+        '/slow',
+        { config: { rateLimit: { store: new RedisStore({ client: lazy }), timeoutMs: 150, failMode: 'closed', onError: () => {} } } },
+        handler,
+      );
       const started = Date.now();
       expect((await get(app, '/slow')).statusCode).toBe(503);
       expect(Date.now() - started).toBeLessThan(150 + 350);

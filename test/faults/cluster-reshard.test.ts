@@ -136,6 +136,62 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
     }
   });
 
+  test('a batch of one slot through a migration (partly moved: TRYAGAIN; moved: ASK; after: MOVED) answers each of its checks, and counts exactly', async () => {
+    const rejections = watchUnhandledRejections();
+    try {
+      const limiter = createLimiter({
+        store: new RedisStore({ client }),
+        limit: 100,
+        window: '1h',
+        prefix: 'batch',
+        denyCacheSize: 0,
+        timeoutMs: 3_000,
+      });
+      // Five identifiers under one hash tag: one slot, so the checks of a turn share one batch call.
+      const ids = ['a', 'b', 'c', 'd', 'e'].map((name) => `{team}:${name}`);
+      const keys = ids.map((id) => limiter.keyFor(id));
+      const slot = await admin.slotOf(keys[0]);
+      const source = await admin.ownerOf(slot);
+      const to = admin.nodes.find((node) => node.port !== source)!;
+      const sourceNode = admin.nodes.find((node) => node.port === source)!;
+      /** One turn of checks, one per identifier: what each got, an allowed decision or an error's code. */
+      const turn = async () =>
+        Promise.all(
+          ids.map((id) =>
+            limiter.check(id).then(
+              (decision) => (decision.allowed ? 'allowed' : 'denied'),
+              (error: { code?: string; reply?: string }) => `${error.code} ${error.reply}`,
+            ),
+          ),
+        );
+      const answers: string[][] = [await turn()];
+      await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceNode.id);
+      await sourceNode.redis.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id);
+      answers.push(await turn()); // every key still on the source: served there
+      await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', keys[0], keys[1]);
+      answers.push(await turn()); // some keys moved: TRYAGAIN, retried by ioredis, or reported on every check of the batch
+      await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', ...keys.slice(2));
+      answers.push(await turn()); // every key moved: ASK, followed to the target
+      for (const node of admin.nodes) await node.redis.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
+      answers.push(await turn()); // the client's map is stale: MOVED, followed
+      // Each turn's checks were answered alike: a batch is one command, redirected or refused as one.
+      for (const answer of answers) expect(new Set(answer).size).toBe(1);
+      const allowedTurns = answers.filter((answer) => answer[0] === 'allowed').length;
+      // The turn while the slot's keys were split: retried by the client until it gave up, and
+      // reported with its code; never counted in part.
+      expect(answers.map((answer) => answer[0]).filter((answer) => answer !== 'allowed')).toEqual(
+        answers.length === allowedTurns ? [] : ['SWL_STORE_ERROR TRYAGAIN'],
+      );
+      expect(allowedTurns).toBeGreaterThanOrEqual(4);
+      // Exactly what was allowed is counted, on the target master.
+      for (const id of ids) expect((await limiter.peek(id, { cost: 0 })).estimated).toBe(allowedTurns);
+      expect(await to.redis.exists(...keys)).toBe(keys.length);
+      expect(rejections.reasons).toEqual([]);
+    } finally {
+      rejections.stop();
+    }
+  });
+
   test("one master SIGKILLed: the others' identifiers stay exactly limited, the dead one's fail open or closed within timeoutMs", async () => {
     const rejections = watchUnhandledRejections();
     const apps: App[] = [];

@@ -6,6 +6,7 @@ import type { CheckScript, RawReply } from '../../algorithms/types';
 import { callEach, type Done } from '../../async';
 import { batchArgv, batchReply, type ScriptCall, scriptArgv } from '../../protocol';
 import { sameTiers, type Tier } from '../../tiers';
+import { slotOf } from './cluster-slot';
 
 /** Sends one script call for one key, or one batch call for several keys (the batch encoding of `protocol.ts`). */
 export interface BatchSender {
@@ -38,7 +39,11 @@ export class CheckBatcher {
   private pending: Entry[] = [];
   private scheduled = false;
 
-  constructor(private readonly sender: BatchSender) {}
+  constructor(
+    private readonly sender: BatchSender,
+    /** Keys live on several nodes: a batch call holds the keys of one cluster slot. */
+    private readonly bySlot = false,
+  ) {}
 
   /** Queues a check; `done` gets its reply once its batch is answered. */
   check(script: CheckScript, key: string, argv: readonly (string | number)[], done: Done<RawReply>): void {
@@ -67,7 +72,9 @@ export class CheckBatcher {
       const { script } = entries[from];
       let to = from + 1;
       while (to < entries.length && entries[to].script === script) to++;
-      this.send(script, to - from === entries.length ? entries : entries.slice(from, to));
+      const group = to - from === entries.length ? entries : entries.slice(from, to);
+      if (this.bySlot && group.length > 1) for (const ofSlot of groupBySlot(group)) this.send(script, ofSlot);
+      else this.send(script, group);
       from = to;
     }
   }
@@ -103,6 +110,22 @@ export class CheckBatcher {
       (error: unknown) => callEach(group, (entry) => entry.done(error)),
     );
   }
+}
+
+/**
+ * `entries` split by cluster slot, in order of first appearance (the checks of one key keep their
+ * order: a key has one slot). With distinct identifiers, keys rarely share a slot (16,384 of them)
+ * and most groups hold one check; one busy identifier, or identifiers under one hash tag, share one.
+ */
+function groupBySlot(entries: readonly Entry[]): Entry[][] {
+  const groups = new Map<number, Entry[]>();
+  for (const entry of entries) {
+    const slot = slotOf(entry.key);
+    const group = groups.get(slot);
+    if (group === undefined) groups.set(slot, [entry]);
+    else group.push(entry);
+  }
+  return [...groups.values()];
 }
 
 /**

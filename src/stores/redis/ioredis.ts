@@ -55,8 +55,8 @@ function stateOf(client: IoredisClient): ClientState {
 
 /**
  * Runs scripts with the client's own `evalsha`, and `eval` when Redis answers `NOSCRIPT`
- * (after a restart or `SCRIPT FLUSH`); defines nothing on the client. Batches of checks run on
- * standalone clients only: a Cluster's keys live on several nodes.
+ * (after a restart or `SCRIPT FLUSH`); defines nothing on the client. On a Cluster, a batch
+ * holds keys of one slot, and is routed (and redirected) by its first key as any command is.
  */
 export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
   const state = stateOf(client);
@@ -66,8 +66,8 @@ export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
     // up, refuse to queue: fail now, count nothing.
     unavailable: () => (client.status !== 'ready' && state.everReady ? `Redis connection is ${client.status}` : undefined),
     run: (lua, keys, argv) => evaluate(client, lua, 'single', keys, argv),
-    runBatch:
-      client.isCluster === true ? undefined : (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, 'batch', keys, argv),
+    runBatch: (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, 'batch', keys, argv),
+    cluster: client.isCluster === true,
     del: (key) => client.del(key).then(undefined, rethrowStoreFailure),
   };
 }

@@ -143,7 +143,8 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
       return client.isOpen ? 'Redis connection is not ready' : 'Redis client is closed';
     },
     run: (lua, keys, argv) => evaluate(lua, 'single', keys, argv),
-    runBatch: cluster ? undefined : (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
+    runBatch: (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
+    cluster,
     del: (key) => send(key, ['DEL', key], plain).then(undefined, rethrowStoreFailure),
   };
 }

@@ -17,11 +17,10 @@ export interface RedisClientAdapter {
    */
   run(lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown>;
   del(key: string): Promise<unknown>;
-  /**
-   * Runs a check script's batch form on several keys in one call (see `batch.ts`); absent
-   * where keys may live on different nodes (a Cluster), so checks go one by one there.
-   */
-  runBatch?(script: CheckScript, keys: readonly string[], argv: readonly string[]): Promise<unknown>;
+  /** Runs a check script's batch form on several keys in one call (see `batch.ts`); on a Cluster, keys of one slot. */
+  runBatch(script: CheckScript, keys: readonly string[], argv: readonly string[]): Promise<unknown>;
+  /** Whether keys live on several nodes (a Cluster): then a batch holds the keys of one slot only. */
+  readonly cluster: boolean;
 }
 
 /** A script of this package is called on one key (a check or a settle), or on many (a batch of checks). */
@@ -69,6 +68,10 @@ export function storeFailure(error: unknown): Error {
   if (REPLY_ERRORS.has(kind) || (error instanceof Error && error.name === 'ReplyError')) {
     return new StoreError(/^[A-Z]+/.exec(message)?.[0] ?? 'ERR', `Redis answered with an error: ${message}`, { cause: error });
   }
+  // An ioredis Cluster that gave up following redirections (TRYAGAIN while a slot's keys are
+  // split by a migration) names Redis's last reply in its message: Redis answered, with that error.
+  const redirected = /^Too many Cluster redirections\. Last error: ReplyError: ([A-Z]+)/.exec(message);
+  if (redirected !== null) return new StoreError(redirected[1], `Redis answered with an error: ${message}`, { cause: error });
   return new StoreUnavailableError(`Redis is unavailable: ${message}`, { cause: error });
 }
 

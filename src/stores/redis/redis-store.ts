@@ -41,16 +41,16 @@ const OPTIONS = keysOf<RedisStoreOptions>({ client: true });
 /**
  * Keeps rate-limit state in Redis (standalone or Cluster), through ioredis or node-redis. Each
  * check is one `EVALSHA` of the algorithm's script, falling back to `EVAL` when Redis answers
- * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`); on a standalone server, the checks started in
- * one event-loop turn share one `EVALSHA` of the batch script. Each identifier is one key, so
+ * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`); the checks started in one event-loop turn share
+ * one `EVALSHA` of the batch script (on a Cluster, one per slot). Each identifier is one key, so
  * every check touches a single Cluster slot.
  */
 export class RedisStore implements CallbackStore {
   readonly client: RedisStoreClient;
   readonly needsTimeout = true;
   private readonly redis: RedisClientAdapter;
-  /** Gathers the checks of one event-loop turn into one call, where the client allows it (not a Cluster). */
-  private readonly batcher: CheckBatcher | undefined;
+  /** Gathers the checks of one event-loop turn into few calls: one per slot on a Cluster. */
+  private readonly batcher: CheckBatcher;
   private readonly checkArgv = new RepeatedCheckArgv();
 
   constructor(options: RedisStoreOptions) {
@@ -65,14 +65,13 @@ export class RedisStore implements CallbackStore {
     this.client = client;
     const redis = adapterFor(client);
     this.redis = redis;
-    const { runBatch } = redis;
-    this.batcher =
-      runBatch === undefined
-        ? undefined
-        : new CheckBatcher({
-            one: (script, key, argv) => redis.run(script.lua, [key], argv),
-            many: (script, keys, argv) => runBatch(script, keys, argv),
-          });
+    this.batcher = new CheckBatcher(
+      {
+        one: (script, key, argv) => redis.run(script.lua, [key], argv),
+        many: (script, keys, argv) => redis.runBatch(script, keys, argv),
+      },
+      redis.cluster,
+    );
   }
 
   check(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
@@ -84,8 +83,7 @@ export class RedisStore implements CallbackStore {
     const argv = this.checkArgv.argv(call);
     const unavailable = this.redis.unavailable();
     if (unavailable !== undefined) done(new StoreUnavailableError(unavailable));
-    else if (this.batcher !== undefined) this.batcher.check(scripts.check, key, argv, done);
-    else this.redis.run(scripts.check.lua, [key], argv).then((reply) => done(undefined, reply as RawReply), done);
+    else this.batcher.check(scripts.check, key, argv, done);
   }
 
   settle(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
