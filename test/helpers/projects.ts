@@ -26,6 +26,7 @@ export const UNIT_FILES: readonly string[] = [
   // Its RedisStores' clients point at a port nothing listens on: Redis down, no server needed.
   'test/express/failure.test.ts',
   'test/hono/middleware.test.ts',
+  'test/nestjs/storage.test.ts',
   'test/stores/memory.test.ts',
   'test/stores/redis/batch.test.ts',
   'test/structure.test.ts',
