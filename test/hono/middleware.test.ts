@@ -10,7 +10,7 @@ import { type HttpBindings, serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import request from 'supertest';
 import { type Decision, MemoryStore, OptionError, type Store } from '../../src';
-import { byApiKey, byIp, type RateLimitEnv, rateLimit } from '../../src/hono';
+import { byApiKey, byIp, type HonoRateLimitOptions, type RateLimitEnv, rateLimit } from '../../src/hono';
 import { captureWarnings } from '../helpers/warnings';
 
 const START = 1_800_000_000_000;
@@ -150,7 +150,7 @@ describe('rateLimit() on a route', () => {
 describe('identification', () => {
   const XFF = '198.51.100.7, 203.0.113.1';
 
-  async function identified(identify: Parameters<typeof rateLimit>[0]['identify'], headers: Record<string, string> = {}) {
+  async function identified(identify: HonoRateLimitOptions['identify'], headers: Record<string, string> = {}) {
     const decisions: Decision[] = [];
     const app = new Hono<{ Bindings: HttpBindings } & RateLimitEnv>();
     app.use(rateLimit({ store: new MemoryStore(), clock, identify, onDecision: (decision) => decisions.push(decision) }));
@@ -194,7 +194,11 @@ describe('identification', () => {
     expect(await identified(byIp({ trustProxy: ours }), { 'x-forwarded-for': XFF })).toBe('ip:198.51.100.7');
     expect(await identified(byIp({ trustProxy: ours }), { 'x-forwarded-for': '198.51.100.7, 192.0.2.9' })).toBe('ip:192.0.2.9');
     const hops: [string, number][] = [];
-    await identified(byIp({ trustProxy: (address, hop) => (hops.push([address, hop]), true) }), { 'x-forwarded-for': XFF });
+    const trustAll = (address: string, hop: number) => {
+      hops.push([address, hop]);
+      return true;
+    };
+    await identified(byIp({ trustProxy: trustAll }), { 'x-forwarded-for': XFF });
     expect(hops).toEqual([
       ['127.0.0.1', 0],
       ['203.0.113.1', 1],

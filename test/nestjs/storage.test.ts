@@ -26,10 +26,20 @@ const failing: Store = {
 describe('increment', () => {
   test('allowed: totalHits as counted, seconds until quota grows back; denied: blocked, the exact wait, nothing counted', async () => {
     const { storage: s, advance } = storage();
-    expect(await s.increment('k', 10_000, 2, 0, 'default')).toEqual({ totalHits: 1, timeToExpire: 20, isBlocked: false, timeToBlockExpire: 0 });
+    expect(await s.increment('k', 10_000, 2, 0, 'default')).toEqual({
+      totalHits: 1,
+      timeToExpire: 20,
+      isBlocked: false,
+      timeToBlockExpire: 0,
+    });
     expect(await s.increment('k', 10_000, 2, 0, 'default')).toMatchObject({ totalHits: 2, isBlocked: false });
     advance(2_500);
-    expect(await s.increment('k', 10_000, 2, 0, 'default')).toEqual({ totalHits: 3, timeToExpire: 13, isBlocked: true, timeToBlockExpire: 13 });
+    expect(await s.increment('k', 10_000, 2, 0, 'default')).toEqual({
+      totalHits: 3,
+      timeToExpire: 13,
+      isBlocked: true,
+      timeToBlockExpire: 13,
+    });
     expect((await s.limiter.peek('default:k', { limit: 2, window: 10_000, cost: 0 })).estimated).toBe(2);
   });
 
@@ -78,7 +88,12 @@ describe('a failing store', () => {
   test("failMode 'open' (default): let through with a fresh count, onError hears it", async () => {
     const errors: unknown[] = [];
     const s = new RatewardenThrottlerStorage({ store: failing, onError: (error, key) => errors.push([error, key]) });
-    expect(await s.increment('k', 1_000, 1, 0, 'default')).toEqual({ totalHits: 0, timeToExpire: 0, isBlocked: false, timeToBlockExpire: 0 });
+    expect(await s.increment('k', 1_000, 1, 0, 'default')).toEqual({
+      totalHits: 0,
+      timeToExpire: 0,
+      isBlocked: false,
+      timeToBlockExpire: 0,
+    });
     expect(errors).toEqual([[expect.any(RateLimitTimeoutError), 'k']]);
   });
 
