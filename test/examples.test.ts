@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import type { Redis } from 'ioredis';
 import { AggregationTemporality, MetricReader, type SumMetricData } from '@opentelemetry/sdk-metrics';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { createApp as createLoginAndPlansApp } from '../examples/login-and-plans';
 import { createMetricsApp } from '../examples/metrics';
