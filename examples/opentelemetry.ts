@@ -22,7 +22,9 @@ export function createOpenTelemetryApp(store: Store, reader: MetricReader, limit
 }
 
 if (require.main === module) {
-  const client = process.env.REDIS_URL ? new Redis(process.env.REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 1 }) : undefined;
+  const client = process.env.REDIS_URL
+    ? new Redis(process.env.REDIS_URL, { enableOfflineQueue: false, maxRetriesPerRequest: 1 })
+    : undefined;
   client?.on('error', (error) => console.warn('redis:', error.message));
   const store = client ? new RedisStore({ client }) : new MemoryStore();
   const reader = new PeriodicExportingMetricReader({ exporter: new ConsoleMetricExporter(), exportIntervalMillis: 5_000 });
