@@ -1,11 +1,12 @@
-// Builds dist/ from the three entry points (src/index.ts, src/express.ts, src/fastify.ts)
+// Builds dist/ from the entry points (src/index.ts, src/express.ts, src/fastify.ts, src/hono.ts,
+// src/nestjs.ts)
 // in two formats: ES modules (.mjs, types in .d.mts) for `import`, CommonJS (.cjs, types in
 // .d.cts) for `require`, chosen by the `import`/`require` conditions of package.json `exports`.
 //
 // Why two formats: an `import` of a CommonJS-only package gets Node's interop view of it
 // (`default` and `__esModule` beside the named exports, and types that only some TypeScript
 // settings resolve right), and a `require` of an ES-module-only package needs Node 20.19 or
-// 22.12. Each format is one rollup bundle of one module graph: the three entries share their
+// 22.12. Each format is one rollup bundle of one module graph: the entries share their
 // internal modules through chunks (chunk-*.mjs, chunk-*.cjs), so a class exported by one entry
 // and thrown by code reached through another is one class. Rollup writes the same bundle in
 // both formats, so both run the same code. (tsup rewrites its CommonJS chunks with sucrase,
@@ -31,7 +32,13 @@ import { dts } from 'rollup-plugin-dts';
 // Paths below (and the TypeScript plugin's file filter) are relative to the repository.
 process.chdir(fileURLToPath(new URL('..', import.meta.url)));
 const outDir = 'dist';
-const input = { index: 'src/index.ts', express: 'src/express.ts', fastify: 'src/fastify.ts' };
+const input = {
+  index: 'src/index.ts',
+  express: 'src/express.ts',
+  fastify: 'src/fastify.ts',
+  hono: 'src/hono.ts',
+  nestjs: 'src/nestjs.ts',
+};
 const tsconfig = 'tsconfig.build.json';
 
 /** Dependencies, peer dependencies and Node's built-in modules stay imports, resolved in the user's project. */

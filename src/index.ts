@@ -8,6 +8,16 @@ export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './ht
 export type { FailMode, HttpOptions } from './http/http-options';
 export type { ByApiKeyOptions, ByIpOptions, IdentifierAnswer, Identify, IdentifyOption, RequestLike } from './http/identify';
 export { ANONYMOUS, byApiKey, byIp, byUser } from './http/identify';
+export type {
+  MetricsAttributes,
+  MetricsCounter,
+  MetricsHistogram,
+  MetricsInstrumentOptions,
+  MetricsMeter,
+  MetricsMeterProvider,
+  MetricsOption,
+  MetricsOutcome,
+} from './metrics';
 export type { MemoryStoreOptions } from './stores/memory';
 export { MemoryStore } from './stores/memory';
 export type { IoredisClient } from './stores/redis/ioredis';

@@ -165,6 +165,9 @@ describe('documentation', () => {
         moduleResolution: ts.ModuleResolutionKind.NodeNext,
         target: ts.ScriptTarget.ES2022,
         types: ['node'],
+        // As every NestJS project compiles (the NestJS guide's controllers use its decorators).
+        experimentalDecorators: true,
+        emitDecoratorMetadata: true,
         noEmit: true,
         skipLibCheck: true,
       },

@@ -1,9 +1,11 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { AggregationTemporality, MetricReader, type SumMetricData } from '@opentelemetry/sdk-metrics';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { createApp as createLoginAndPlansApp } from '../examples/login-and-plans';
 import { createMetricsApp } from '../examples/metrics';
+import { createOpenTelemetryApp } from '../examples/opentelemetry';
 import { createShadowApp } from '../examples/shadow';
 import { RedisStore } from '../src';
 import { freePort } from '../support/redis-server';
@@ -30,6 +32,24 @@ describe('examples', () => {
     // ratios 0.9 and 1.0 (the 9th and 10th allowed) and 1.0 for both denials fall in the band
     expect(metrics).toMatch(/rate_limit_near_limit_total\{result="allowed"\} 2/);
     expect(metrics).toMatch(/rate_limit_near_limit_total\{result="denied"\} 2/);
+  });
+
+  test('OpenTelemetry example: the decision counter shows 10 allowed, 1 denied by Redis, 1 from the deny cache', async () => {
+    class TestReader extends MetricReader {
+      protected override async onForceFlush(): Promise<void> {}
+      protected override async onShutdown(): Promise<void> {}
+    }
+    const reader = new TestReader({ aggregationTemporalitySelector: () => AggregationTemporality.CUMULATIVE });
+    const prefix = uniquePrefix('otel');
+    const app = createOpenTelemetryApp(new RedisStore({ client }), reader, 10, prefix);
+    for (let i = 0; i < 12; i++) await request(app).get('/');
+    const { resourceMetrics } = await reader.collect();
+    const decisions = resourceMetrics.scopeMetrics
+      .flatMap((scope) => scope.metrics)
+      .find((metric) => metric.descriptor.name === 'ratewarden.decisions') as SumMetricData;
+    const byOutcome = Object.fromEntries(decisions.dataPoints.map((point) => [point.attributes['ratewarden.outcome'], point.value]));
+    expect(byOutcome).toEqual({ allowed: 10, denied: 1, cached_denial: 1 });
+    expect(decisions.dataPoints.every((point) => point.attributes['ratewarden.prefix'] === prefix)).toBe(true);
   });
 
   test('shadow example: the enforced limit refuses, the stricter shadow limit only counts its would-be denials', async () => {

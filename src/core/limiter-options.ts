@@ -2,6 +2,7 @@
 import { ALGORITHM_NAMES } from '../algorithms';
 import type { AlgorithmName } from '../algorithms/types';
 import { OptionError } from '../errors';
+import { type MetricsMeter, resolveMetrics } from '../metrics';
 import { MemoryStore } from '../stores/memory';
 import type { Store } from '../stores/types';
 import { resolveTiers, type Tier } from '../tiers';
@@ -40,6 +41,7 @@ export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
   shadow: true,
   concurrency: true,
   leaseMs: true,
+  metrics: true,
 };
 export const LIMITER_OPTIONS = keysOf<LimiterOptions>(LIMITER_OPTION_KEYS);
 
@@ -59,6 +61,8 @@ export interface ResolvedLimiterOptions {
   readonly concurrency: number;
   /** Milliseconds a lease lives unless renewed or released (only with `concurrency`). */
   readonly leaseMs: number;
+  /** The meter to record into; undefined for no metrics. */
+  readonly metrics: MetricsMeter | undefined;
 }
 
 /** Validates `options` (whose unknown keys the caller has already rejected) and applies the defaults. */
@@ -93,6 +97,7 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
     shadow: oneOf(options.shadow ?? false, [true, false], 'shadow'),
     concurrency,
     leaseMs: options.leaseMs === undefined ? DEFAULT_LEASE_MS : parseDuration(options.leaseMs, 'leaseMs'),
+    metrics: resolveMetrics(options.metrics),
   };
 }
 

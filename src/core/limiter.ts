@@ -4,6 +4,7 @@ import { RELEASE, RENEW } from '../algorithms/lease';
 import type { AlgorithmName, AlgorithmScripts, LeaseScript, RawReply } from '../algorithms/types';
 import { type Done, settling } from '../async';
 import { OptionError } from '../errors';
+import { LimiterMetrics } from '../metrics';
 import { LEASE_CHANGE_REPLY, type LeaseCall, type ScriptCall } from '../protocol';
 import type { CallbackStore, Store } from '../stores/types';
 import { resolveTiers, smallestLimit, type Tier } from '../tiers';
@@ -60,6 +61,8 @@ class RateLimiter implements LimiterCore {
   private readonly keyPrefix: string;
   private readonly deadlines: Deadlines;
   private readonly storeCheck: CheckThen;
+  /** Undefined without the `metrics` option: then nothing is measured. */
+  private readonly metrics: LimiterMetrics | undefined;
   /** The callers of `wait`, made on its first use. */
   private waiters: Waiters | undefined;
   /** The identifier {@link keyFor} was last asked for, and its key (primed with `''`, so never undefined). */
@@ -85,6 +88,7 @@ class RateLimiter implements LimiterCore {
     this.deadlines = new Deadlines(this.timeoutMs);
     this.smallestLimit = smallestLimit(this.tiers);
     this.denyCache = options.denyCacheSize > 0 ? new DenyCache(options.denyCacheSize) : undefined;
+    this.metrics = options.metrics === undefined ? undefined : new LimiterMetrics(options.metrics, this.prefix);
   }
 
   keyFor(identifier: string): string {
@@ -117,6 +121,18 @@ class RateLimiter implements LimiterCore {
     tiers: readonly Tier[] | undefined,
     done: Done<Decision>,
     concurrency = this.concurrency,
+  ): Decision | undefined {
+    const { metrics } = this;
+    if (metrics !== undefined) return metrics.decided(this.checkUnmetered(identifier, cost, tiers, metrics.counting(done), concurrency));
+    return this.checkUnmetered(identifier, cost, tiers, done, concurrency);
+  }
+
+  private checkUnmetered(
+    identifier: string,
+    cost: number,
+    tiers: readonly Tier[] | undefined,
+    done: Done<Decision>,
+    concurrency: number,
   ): Decision | undefined {
     let key: string;
     try {
@@ -230,12 +246,14 @@ class RateLimiter implements LimiterCore {
     }
     const lease = this.leaseOf(concurrency);
     const call: ScriptCall = { now: this.clock?.(), cost, dryRun, blockFor: this.blockFor, countedAt: 0, actualCost: 0, tiers, lease };
+    // A peek decides nothing: only checks are counted.
+    const metrics = dryRun ? undefined : this.metrics;
     return new Promise((resolve, reject) => {
-      const done = settling(resolve, reject);
+      const done = metrics === undefined ? settling(resolve, reject) : metrics.counting(settling<Decision>(resolve, reject));
       if (cost > (tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers))) this.refuseOversized(identifier, key, call, done);
       else {
         const cached = this.checkKey(identifier, key, call, done);
-        if (cached !== undefined) resolve(cached);
+        if (cached !== undefined) resolve(metrics === undefined ? cached : (metrics.decided(cached) as Decision));
       }
     });
   }
@@ -259,7 +277,11 @@ class RateLimiter implements LimiterCore {
       if (denied !== undefined) return denied;
     }
     const pending = this.store.needsTimeout ? this.deadlines.start(done) : undefined;
+    const { metrics } = this;
+    const started = metrics === undefined ? 0 : performance.now();
     const answer: Done<RawReply> = (error, raw) => {
+      // Measured even when it comes after the deadline: how long the store took is what it took.
+      if (metrics !== undefined) metrics.storeAnswered(started, raw === undefined ? error : undefined);
       // A reply after the deadline changes nothing: the caller has had its timeout error.
       if (pending !== undefined && !this.deadlines.finish(pending)) return;
       if (raw === undefined) {

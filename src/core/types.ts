@@ -3,6 +3,7 @@
  * options, the store interface and the algorithms' own types live with their code.
  */
 import type { AlgorithmName } from '../algorithms/types';
+import type { MetricsOption } from '../metrics';
 import type { Store } from '../stores/types';
 import type { Tier, TierOptions } from '../tiers';
 import type { Duration } from '../validate';
@@ -71,6 +72,16 @@ export interface LimiterOptions {
    * request still in progress every `leaseMs / 2`. Default `'60s'`.
    */
   leaseMs?: Duration;
+  /**
+   * Records OpenTelemetry metrics of this limiter's checks: an `@opentelemetry/api` MeterProvider
+   * (its meter named `ratewarden` is used) or a Meter. Three instruments: `ratewarden.decisions`
+   * (a counter, by `ratewarden.prefix` and `ratewarden.outcome`: `allowed`, `denied`,
+   * `cached_denial`, `shadow_denial`, `error`), `ratewarden.store.duration` (a histogram of store
+   * calls, in seconds) and `ratewarden.store.errors` (a counter of store failures and timeouts, by
+   * `error.type`). No identifier, URL or other unbounded value becomes an attribute. Default: no
+   * metrics, and nothing recorded.
+   */
+  metrics?: MetricsOption;
 }
 
 /** Options of one {@link Limiter.check} or {@link Limiter.peek}. */

@@ -73,6 +73,17 @@ function warnIfForwardedUntrusted(request: RequestLike, ip: string): void {
  */
 export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
   checkOptions(options, BY_IP_OPTIONS, 'byIp');
+  const { subnet, warnOnForwarded } = resolveByIpOptions(options);
+  return function identifyByIp(request) {
+    const ip = request.ip ?? request.socket?.remoteAddress;
+    if (!ip) return undefined;
+    if (warnOnForwarded && !forwardedWarned) warnIfForwardedUntrusted(request, ip);
+    return `ip:${normalizeIp(ip, subnet)}`;
+  };
+}
+
+/** `ipv6Subnet` and `warnOnForwarded` of {@link ByIpOptions}, validated, with their defaults (the caller checks for unknown keys). */
+export function resolveByIpOptions(options: ByIpOptions): { subnet: number | false; warnOnForwarded: boolean } {
   const subnet = options.ipv6Subnet ?? DEFAULT_IPV6_SUBNET;
   if (subnet !== false && (typeof subnet !== 'number' || !Number.isInteger(subnet) || subnet < 1 || subnet > 128)) {
     throw new OptionError('SWL_INVALID_NUMBER', `ipv6Subnet: must be an integer from 1 to 128 or false, got ${describeValue(subnet)}`);
@@ -81,12 +92,7 @@ export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
   if (typeof warnOnForwarded !== 'boolean') {
     throw new OptionError('SWL_INVALID_CHOICE', `warnOnForwarded: must be true or false, got ${describeValue(warnOnForwarded)}`);
   }
-  return function identifyByIp(request) {
-    const ip = request.ip ?? request.socket?.remoteAddress;
-    if (!ip) return undefined;
-    if (warnOnForwarded && !forwardedWarned) warnIfForwardedUntrusted(request, ip);
-    return `ip:${normalizeIp(ip, subnet)}`;
-  };
+  return { subnet, warnOnForwarded };
 }
 
 /**
@@ -117,17 +123,26 @@ export interface ByApiKeyOptions {
  * credentials. Identifiers look like `key:9f86d081884c7d659a2feaa0c55ad015`.
  */
 export function byApiKey(options: ByApiKeyOptions = {}): Identify<RequestLike> {
+  const name = apiKeyHeader(options);
+  return function identifyByApiKey(request) {
+    let key = request.headers[name];
+    if (Array.isArray(key)) key = key[0];
+    return key ? apiKeyIdentifier(key) : undefined;
+  };
+}
+
+/** The identifier of an API key: `key:` and its SHA-256, shortened to 128 bits. */
+export function apiKeyIdentifier(key: string): string {
+  return `key:${createHash('sha256').update(key).digest('hex').slice(0, 32)}`;
+}
+
+/** The header name of `byApiKey`'s options (`'x-api-key'` by default), validated and lowercased. */
+export function apiKeyHeader(options: ByApiKeyOptions): string {
   checkOptions(options, BY_API_KEY_OPTIONS, 'byApiKey');
   const header = options.header ?? DEFAULT_API_KEY_HEADER;
   if (typeof header !== 'string' || header.length === 0)
     throw new OptionError('SWL_INVALID_TYPE', `header: must be a header name, got ${describeValue(header)}`);
-  const name = header.toLowerCase();
-  return function identifyByApiKey(request) {
-    let key = request.headers[name];
-    if (Array.isArray(key)) key = key[0];
-    if (!key) return undefined;
-    return `key:${createHash('sha256').update(key).digest('hex').slice(0, 32)}`;
-  };
+  return header.toLowerCase();
 }
 
 /**

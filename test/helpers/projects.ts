@@ -25,7 +25,9 @@ export const UNIT_FILES: readonly string[] = [
   'test/express/async-handler.test.ts',
   // Its RedisStores' clients point at a port nothing listens on: Redis down, no server needed.
   'test/express/failure.test.ts',
+  'test/hono/middleware.test.ts',
   'test/http/misconfiguration.test.ts',
+  'test/nestjs/storage.test.ts',
   'test/stores/memory.test.ts',
   'test/stores/redis/batch.test.ts',
   'test/structure.test.ts',

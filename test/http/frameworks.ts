@@ -1,15 +1,19 @@
 /**
  * Shared by the test files of test/http/ that run one scenario through every adapter:
- * Express 5, Express 4 (the `express4` alias), the Fastify plugin's own options, and a
- * Fastify route's `config.rateLimit`. Each app listens on a real socket (127.0.0.1, so
+ * Express 5, Express 4 (the `express4` alias), the Fastify plugin's own options, a
+ * Fastify route's `config.rateLimit`, and Hono middleware on @hono/node-server (its options'
+ * functions get a view of the context with the fields the tests read, `headers`, `ip`...). Each app listens on a real socket (127.0.0.1, so
  * `byIp()` sees `ip:127.0.0.1`), its route counts the requests that got past the limiter,
  * and its error handling records what reached it. Not a test file itself.
  */
 import http, { type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { runInThisContext } from 'node:vm';
+import { type HttpBindings, serve } from '@hono/node-server';
 import express5, { type NextFunction, type Request, type Response } from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
+import { type Context, Hono } from 'hono';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
 import {
@@ -25,6 +29,7 @@ import {
 import type { Awaitable } from '../../src/async';
 import * as expressAdapter from '../../src/express';
 import * as fastifyAdapter from '../../src/fastify';
+import * as honoAdapter from '../../src/hono';
 import type { HttpOptions } from '../../src/http/http-options';
 import { redisClient } from '../helpers/redis';
 import { onRedis, selectStores } from '../helpers/stores';
@@ -58,7 +63,7 @@ export interface Setup {
   /** Express's `trust proxy` setting / Fastify's `trustProxy` option; unset by default. */
   trustProxy?: boolean;
   /** Other builds of the adapters (e.g. loaded by `jest.isolateModules`). */
-  adapters?: { express: typeof expressAdapter; fastify: typeof fastifyAdapter };
+  adapters?: { express: typeof expressAdapter; fastify: typeof fastifyAdapter; hono?: typeof honoAdapter };
 }
 
 export interface App {
@@ -230,6 +235,88 @@ function fastifyFramework(name: string, where: 'plugin' | 'route'): Framework {
   };
 }
 
+/** The view of a Hono context the tests' functions read: headers as Node has them, the peer's address as `ip`. */
+const views = new WeakMap<Context, TestRequest>();
+function viewOf(c: Context): TestRequest {
+  let view = views.get(c);
+  if (view === undefined) {
+    const incoming = (c.env as HttpBindings).incoming;
+    view = {
+      ip: incoming.socket.remoteAddress,
+      headers: incoming.headers,
+      socket: { remoteAddress: incoming.socket.remoteAddress },
+      method: c.req.method,
+      url: new URL(c.req.url).pathname,
+    };
+    views.set(c, view);
+  }
+  return view;
+}
+
+/** The tests' options with every function of a request (and response) handed the view of the context. */
+function honoOptions(options: TestOptions): honoAdapter.HonoRateLimitOptions {
+  const converted: Record<string, unknown> = { ...options };
+  const ofRequest = (fn: unknown) => (typeof fn === 'function' ? (c: Context) => fn(viewOf(c)) : fn);
+  for (const key of ['skip', 'cost', 'limit', 'window', 'limits', 'concurrency'] as const) converted[key] = ofRequest(options[key]);
+  const { identify, message, requestWasSuccessful, costAfter, onDecision, onNearLimit, onError } = options;
+  if (identify !== undefined) converted.identify = Array.isArray(identify) ? identify.map(ofRequest) : ofRequest(identify);
+  if (typeof message === 'function') converted.message = (c: Context, decision: Decision) => message(viewOf(c), decision);
+  const response = (c: Context): TestResponse => ({ statusCode: c.res.status });
+  if (requestWasSuccessful) converted.requestWasSuccessful = (c: Context) => requestWasSuccessful(viewOf(c), response(c));
+  if (costAfter) converted.costAfter = (c: Context, _: Context, finished: boolean) => costAfter(viewOf(c), response(c), finished);
+  if (onDecision) converted.onDecision = (decision: Decision, c: Context) => onDecision(decision, viewOf(c));
+  if (onNearLimit) converted.onNearLimit = (decision: Decision, c: Context) => onNearLimit(decision, viewOf(c));
+  if (onError) converted.onError = (error: unknown, c: Context) => onError(error, viewOf(c));
+  for (const key of Object.keys(converted)) if (converted[key] === undefined) delete converted[key];
+  return converted as honoAdapter.HonoRateLimitOptions;
+}
+
+function honoFramework(name: string): Framework {
+  return {
+    name,
+    async start(options, setup) {
+      const { route = {} } = setup;
+      const adapter = setup.adapters?.hono ?? honoAdapter;
+      const converted = honoOptions(options);
+      // Hono's own byIp by default; `trustProxy: true` trusts every hop, as Express's setting does.
+      if (converted.identify === undefined && setup.trustProxy) converted.identify = adapter.byIp({ trustProxy: () => true });
+      const middleware = adapter.rateLimit({ store: setup.store, clock: setup.clock, prefix: setup.prefix, ...converted });
+      let hits = 0;
+      const errors: unknown[] = [];
+      const app = new Hono<{ Bindings: HttpBindings }>();
+      app.onError((error, c) => {
+        errors.push(error);
+        return c.text(`error: ${messageOf(error)}`, 500);
+      });
+      const handler = async (c: Context<{ Bindings: HttpBindings }>) => {
+        hits++;
+        const answer = await route.handle?.(viewOf(c), c.env.outgoing);
+        return c.text(answer?.body ?? 'ok', (answer?.status ?? 200) as ContentfulStatusCode);
+      };
+      if (route.method === 'POST') app.post(route.path ?? '/', middleware, handler);
+      else app.get(route.path ?? '/', middleware, handler);
+      const server = await new Promise<ReturnType<typeof serve>>((resolve) => {
+        const started = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(started));
+      });
+      const port = (server.address() as AddressInfo).port;
+      const started: App = {
+        port,
+        send: (headers = {}, how = {}) => send(port, how.method ?? route.method ?? 'GET', how.path ?? route.path ?? '/', headers),
+        hits: () => hits,
+        errors,
+        peek: (identifier, checkOptions) => middleware.limiter.peek(identifier, checkOptions),
+        close: () =>
+          new Promise<void>((resolve) => {
+            server.close(() => resolve());
+            (server as http.Server).closeAllConnections();
+          }),
+      };
+      open.add(started);
+      return started;
+    },
+  };
+}
+
 function send(port: number, method: 'GET' | 'POST', path: string, headers: Record<string, string>): Promise<request.Response> {
   const agent = request(`http://127.0.0.1:${port}`);
   return (method === 'POST' ? agent.post(path) : agent.get(path)).set(headers);
@@ -240,6 +327,7 @@ export const FRAMEWORKS: readonly Framework[] = [
   expressFramework('Express 4', express4),
   fastifyFramework('Fastify plugin options', 'plugin'),
   fastifyFramework('Fastify route config.rateLimit', 'route'),
+  honoFramework('Hono on @hono/node-server'),
 ];
 
 /** The frameworks as `describe.each` rows: [name, framework]. */

@@ -48,8 +48,11 @@ function forwardedWarnings(): string[] {
 
 const XFF = (ip: string) => ({ 'x-forwarded-for': ip });
 
+/** Hono's byIp() has its own proxy setting and warning: test/hono/identify.test.ts. */
+const ROWS = FRAMEWORK_ROWS.filter(([name]) => !name.startsWith('Hono'));
+
 describe.each(STORES)('on %s', (_storeName, makeStore) => {
-  describe.each(FRAMEWORK_ROWS)('%s', (frameworkName, framework: Framework) => {
+  describe.each(ROWS)('%s', (frameworkName, framework: Framework) => {
     const fastify = frameworkName.startsWith('Fastify');
     const start = (options: TestOptions, setup: Partial<Setup> = {}) =>
       framework.start(

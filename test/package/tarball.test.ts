@@ -7,7 +7,10 @@
  *   with module nodenext and with moduleResolution bundler, and a RedisStore over ioredis;
  * - `bare`: the tarball alone, as a MemoryStore user installs it;
  * - `redis`: with node-redis (`redis`) and @types/node, without ioredis: a RedisStore over a
- *   node-redis client and cluster, made and type-checked.
+ *   node-redis client and cluster, made and type-checked;
+ * - `frameworks`: with NestJS 12 (ES modules only, which Jest cannot load) and @nestjs/throttler 6,
+ *   Hono and @hono/node-server, @opentelemetry/api and sdk-metrics 2.x: a Nest 12 app with the
+ *   throttler storage, a Hono app with metrics, both on real sockets, and their types checked.
  *
  * npm installs from its cache when it can (`--prefer-offline`), asking for the versions
  * installed in this repository. The scripts and type checks of a project start as soon as
@@ -39,6 +42,19 @@ const PROJECTS = {
   full: ['ioredis', 'express', '@types/express', 'fastify', '@types/node'],
   bare: [],
   redis: ['redis', '@types/node'],
+  frameworks: [
+    '@nestjs/common@12',
+    '@nestjs/core@12',
+    '@nestjs/platform-express@12',
+    '@nestjs/throttler',
+    'reflect-metadata',
+    'rxjs',
+    'hono',
+    '@hono/node-server',
+    '@opentelemetry/api',
+    '@opentelemetry/sdk-metrics',
+    '@types/node',
+  ],
 } as const satisfies Record<string, readonly string[]>;
 type Project = keyof typeof PROJECTS;
 const PROJECT_NAMES = Object.keys(PROJECTS) as Project[];
@@ -61,6 +77,10 @@ const TSCONFIGS = {
   noderedis: {
     compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
     files: ['node-redis.ts', 'node-redis.cts'],
+  },
+  frameworks: {
+    compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext', experimentalDecorators: true },
+    files: ['frameworks.ts'],
   },
 };
 type TsConfig = keyof typeof TSCONFIGS;
@@ -101,7 +121,9 @@ async function createProject(work: string, tarball: string, project: Project): P
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: `tarball-test-${project}`, private: true, type: 'module' }));
   for (const file of readdirSync(fixtures)) copyFileSync(join(fixtures, file), join(dir, file));
   for (const [name, tsconfig] of Object.entries(TSCONFIGS)) writeFileSync(join(dir, `tsconfig.${name}.json`), JSON.stringify(tsconfig));
-  const install = ['install', tarball, ...PROJECTS[project].map(installedSpec), '--prefer-offline', '--no-audit', '--no-fund'];
+  // A name alone: the version installed here; a name with a version (NestJS 12): that one.
+  const specs = PROJECTS[project].map((spec: string) => (spec.includes('@', 1) ? spec : installedSpec(spec)));
+  const install = ['install', tarball, ...specs, '--prefer-offline', '--no-audit', '--no-fund'];
   succeeded(`npm install in the ${project} project`, await run('npm', install, dir));
   return dir;
 }
@@ -178,6 +200,10 @@ describe('the packed tarball, installed with npm', () => {
         } else {
           typeChecks[`${project}/memory`] = start(typeCheck(dir, 'memory'));
         }
+        if (project === 'frameworks') {
+          for (const file of ['nest12.mjs', 'hono.mjs', 'hono.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
+          typeChecks[`${project}/frameworks`] = start(typeCheck(dir, 'frameworks'));
+        }
         if (project === 'redis') {
           for (const file of ['node-redis.mjs', 'node-redis.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
           typeChecks[`${project}/noderedis`] = start(typeCheck(dir, 'noderedis'));
@@ -203,7 +229,22 @@ describe('the packed tarball, installed with npm', () => {
     expect(Object.keys(dependencies)).toEqual(['fastify-plugin']);
     const modules = join(projects.bare, 'node_modules');
     expect(existsSync(join(modules, 'fastify-plugin'))).toBe(true);
-    expect(['ioredis', 'redis', 'express', 'fastify'].filter((peer) => existsSync(join(modules, peer)))).toEqual([]);
+    const peers = [
+      'ioredis',
+      'redis',
+      'express',
+      'fastify',
+      'hono',
+      '@hono/node-server',
+      '@nestjs/throttler',
+      '@nestjs/common',
+      '@opentelemetry/api',
+    ];
+    expect(peers.filter((peer) => existsSync(join(modules, peer)))).toEqual([]);
+    const { peerDependenciesMeta } = JSON.parse(readFileSync(installed('bare', 'package.json'), 'utf8')) as {
+      peerDependenciesMeta: Record<string, { optional: boolean }>;
+    };
+    expect(peers.filter((peer) => peerDependenciesMeta[peer]?.optional !== true)).toEqual([]);
     expect(existsSync(join(projects.redis, 'node_modules', 'ioredis'))).toBe(false);
     expect(existsSync(join(projects.redis, 'node_modules', 'redis'))).toBe(true);
   });
@@ -231,6 +272,38 @@ describe('the packed tarball, installed with npm', () => {
       expect(report.exports).toEqual(((await scripts[`${project}/entries.mjs`]) as EntriesReport).exports);
       expect(report).toMatchObject(works);
     });
+  });
+
+  test('NestJS 12 (ES modules) in plain Node: the throttler guard over the storage refuses the third request with an exact Retry-After', async () => {
+    expect(await scripts['frameworks/nest12.mjs']).toEqual({
+      nest: '12',
+      seen: [
+        [200, null],
+        [200, null],
+        [429, '15'],
+        [200, null],
+      ],
+    });
+  });
+
+  test('Hono on @hono/node-server, with OpenTelemetry metrics: the IP of the connection, a 429, counted decisions', async () => {
+    expect(await scripts['frameworks/hono.mjs']).toEqual({
+      identifier: 'ip:127.0.0.1',
+      denied: [429, '120'],
+      decisions: { allowed: 1, denied: 1 },
+    });
+  });
+
+  test('require gets the CommonJS builds of ratewarden/hono and ratewarden/nestjs', async () => {
+    expect(await scripts['frameworks/hono.cjs']).toEqual({ rateLimit: 'function', byIp: true, storage: 'function', sameMemoryStore: true });
+  });
+
+  test('NestJS 12, @nestjs/throttler, Hono and OpenTelemetry types: the new entries type-check (skipLibCheck false)', async () => {
+    const check = await typeChecks['frameworks/frameworks'];
+    expect(check.errors).toEqual([]);
+    expect(check.files).toEqual(
+      expect.arrayContaining(['hono.d.mts', 'nestjs.d.mts'].map((file) => installed('frameworks', 'dist', file))),
+    );
   });
 
   test.each(['ioredis.mjs', 'ioredis.cjs'])('with ioredis installed, %s makes a RedisStore over an ioredis client', async (file) => {
