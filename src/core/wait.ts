@@ -54,8 +54,9 @@ export class Waiters {
     this.check(identifier, waiter.options).then(
       (decision) => {
         if (!this.isFirst(identifier, waiter)) {
-          // Aborted while its check was at the store: what that check counted is not used.
+          // Aborted while its check was at the store: what that check took is not used.
           if (decision.counted) this.refund(identifier, decision).then(undefined, () => undefined);
+          decision.lease?.release().then(undefined, () => undefined);
           return;
         }
         if (decision.allowed) {

@@ -202,7 +202,8 @@ export class HttpLimiter<Req, Res> {
     }
     // In shadow mode a would-be denial is reported (onDecision, request.rateLimit), never enforced.
     if (decision.allowed || decision.shadow) {
-      if (settleAfter !== undefined && (decision.counted || this.options.chargesAfter)) {
+      // A shadow would-be denial counted nothing and is charged nothing: shadow mode counts as enforcing would.
+      if (settleAfter !== undefined && (decision.counted || (this.options.chargesAfter && decision.allowed))) {
         this.port.whenDone(response, (finished) => this.afterResponse(settleAfter, identifier, decision, request, response, finished));
       }
       this.sendHeaders(decision, request, response);

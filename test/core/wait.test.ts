@@ -5,7 +5,7 @@
  * aborted. Real time with small windows (the wait is a real timer), on every store; and, on
  * Redis, waiters in two processes sharing one limit.
  */
-import { createLimiter, type Limiter, WaitExceededError } from '../../src';
+import { type AlgorithmName, createLimiter, type Limiter, WaitExceededError } from '../../src';
 import { startAppProcess } from '../helpers/app-process';
 import { everyStore, redisUrl, uniquePrefix } from '../helpers/redis';
 import { onRedis } from '../helpers/stores';
@@ -16,10 +16,10 @@ const LATE_MS = 40;
 
 describe.each(STORES)('on %s', (_storeName, makeStore) => {
   /** A limiter, and how many checks it has made (the test's own, and the waiters'). */
-  function setup(limit: number, window: string): { limiter: Limiter; checks: () => number } {
+  function setup(limit: number, window: string, algorithm: AlgorithmName = 'fixed-window'): { limiter: Limiter; checks: () => number } {
     const limiter = createLimiter({
       store: makeStore(),
-      algorithm: 'fixed-window',
+      algorithm,
       limit,
       window,
       prefix: uniquePrefix('wait'),
@@ -50,7 +50,8 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
   });
 
   test('fails fast, without sleeping, when the known wait is past maxWaitMs', async () => {
-    const { limiter, checks } = setup(1, '10s');
+    // The sliding log: the wait is the whole window from the count (a fixed window's could end within maxWaitMs).
+    const { limiter, checks } = setup(1, '10s', 'sliding-log');
     await limiter.check('k');
     const startedAt = Date.now();
     const failure = await limiter.wait('k', { maxWaitMs: 1_000 }).catch((error: unknown) => error);
@@ -82,6 +83,21 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
     // An aborted signal rejects at once, without a check.
     await expect(limiter.wait('k', { signal: controller.signal })).rejects.toBe(reason);
     expect(checks()).toBe(after);
+  });
+
+  test('aborted while its check is at the store: the lease that check took is given back', async () => {
+    const limiter = createLimiter({ store: makeStore(), concurrency: 1, prefix: uniquePrefix('wait-lease') });
+    const controller = new AbortController();
+    const waiting = limiter.wait('k', { signal: controller.signal });
+    controller.abort(new Error('gone'));
+    await expect(waiting).rejects.toThrow('gone');
+    const deadline = Date.now() + 2_000;
+    let inProgress = (await limiter.peek('k')).concurrency?.inProgress;
+    while (inProgress !== 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      inProgress = (await limiter.peek('k')).concurrency?.inProgress;
+    }
+    expect(inProgress).toBe(0);
   });
 
   test('many waiters in one process go through in call order, one check each when quota is there', async () => {

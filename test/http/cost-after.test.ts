@@ -127,6 +127,17 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
       expect(await counted(app, IP)).toBe(100);
     });
 
+    test('in shadow mode a would-be denial is charged nothing, as enforcing would have counted', async () => {
+      const { app } = await start({ shadow: true });
+      expect((await app.send({ 'x-reserve': '600', 'x-used': '600' })).status).toBe(200);
+      await eventually(() => counted(app, IP), 600);
+      // Over the limit: served (shadow), counted nothing, and so settled to nothing.
+      expect((await app.send({ 'x-reserve': '600', 'x-used': '600' })).status).toBe(200);
+      expect((await app.send({ 'x-reserve': '300', 'x-used': '300' })).status).toBe(200);
+      await eventually(() => counted(app, IP), 900);
+      expect(app.hits()).toBe(3);
+    });
+
     test('skipFailedRequests gives a failed request back whatever costAfter says', async () => {
       const { app } = await start({ skipFailedRequests: true });
       expect((await app.send({ 'x-reserve': '100', 'x-used': '70', 'x-status': '500' })).status).toBe(500);
