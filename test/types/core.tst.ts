@@ -132,7 +132,13 @@ describe('Limiter', () => {
     expect(limiter.check).type.not.toBeCallableWith('user:1', { cost: '3' });
     expect(limiter.check).type.not.toBeCallableWith('user:1', 3);
     expect(limiter.peek).type.not.toBeCallableWith('user:1', { cost: '3' });
-    expect<CheckOptions>().type.toBe<{ cost?: number; limit?: number; window?: Duration; limits?: readonly TierOptions[]; concurrency?: number }>();
+    expect<CheckOptions>().type.toBe<{
+      cost?: number;
+      limit?: number;
+      window?: Duration;
+      limits?: readonly TierOptions[];
+      concurrency?: number;
+    }>();
     // A plan's own limit, for this call only.
     expect(limiter.check).type.toBeCallableWith('user:1', { cost: 1, limit: 1000 });
     expect(limiter.check).type.toBeCallableWith('user:1', { limits: [{ limit: 10, window: '1s' }] });

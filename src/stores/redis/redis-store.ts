@@ -14,7 +14,7 @@ import {
   nodeRedisAdapter,
   unsupportedNodeRedis,
 } from './node-redis';
-import type { RedisClientAdapter } from './redis-client';
+import { type RedisClientAdapter, storeFailure } from './redis-client';
 
 /** A Redis client a {@link RedisStore} runs on: ioredis (or an API-compatible fork) or node-redis. */
 export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster;
@@ -66,12 +66,14 @@ export class RedisStore implements CallbackStore {
     const redis = adapterFor(client);
     this.redis = redis;
     const { runBatch } = redis;
+    // A batch goes out a turn after its checks started: the connection may have dropped since,
+    // and a client would then queue the batch, to count it after a reconnection. Ask again.
     this.batcher =
       runBatch === undefined
         ? undefined
         : new CheckBatcher({
-            one: (script, key, argv) => redis.run(script.lua, [key], argv),
-            many: (script, keys, argv) => runBatch(script, keys, argv),
+            one: (script, key, argv) => whenAvailable(redis, () => redis.run(script.lua, [key], argv)),
+            many: (script, keys, argv) => whenAvailable(redis, () => runBatch(script, keys, argv)),
           });
   }
 
@@ -102,13 +104,26 @@ export class RedisStore implements CallbackStore {
 
   private run(lua: string, keys: readonly string[], call: ScriptCall): Promise<RawReply> {
     const argv = scriptArgv(call);
-    const unavailable = this.redis.unavailable();
-    if (unavailable !== undefined) return Promise.reject(new StoreUnavailableError(unavailable));
-    return this.redis.run(lua, keys, argv) as Promise<RawReply>;
+    return whenAvailable(this.redis, () => this.redis.run(lua, keys, argv)) as Promise<RawReply>;
   }
 
   reset(key: string): Promise<void> {
     return this.redis.del(key).then(() => undefined);
+  }
+}
+
+/**
+ * Sends a command only while the client would send it to Redis at once; fails with a
+ * {@link StoreUnavailableError} otherwise, and turns anything the client throws instead of
+ * rejecting into a coded rejection.
+ */
+function whenAvailable(redis: RedisClientAdapter, send: () => Promise<unknown>): Promise<unknown> {
+  const unavailable = redis.unavailable();
+  if (unavailable !== undefined) return Promise.reject(new StoreUnavailableError(unavailable));
+  try {
+    return send();
+  } catch (error) {
+    return Promise.reject(storeFailure(error));
   }
 }
 
