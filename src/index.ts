@@ -1,9 +1,10 @@
 export type { AlgorithmName } from './algorithms/types';
 export type { Awaitable } from './async';
+export type { BreakerOptions } from './core/breaker';
 export { createLimiter } from './core/limiter';
 export type { CheckOptions, ConcurrencyDecision, Decision, Lease, Limiter, LimiterOptions, TierDecision, WaitOptions } from './core/types';
 export { WaitExceededError } from './core/wait';
-export { CODES, type Code, OptionError, RateLimitTimeoutError, StoreError, StoreUnavailableError } from './errors';
+export { CircuitOpenError, CODES, type Code, OptionError, RateLimitTimeoutError, StoreError, StoreUnavailableError } from './errors';
 export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './http/headers';
 export type { FailMode, HttpOptions } from './http/http-options';
 export type { ByApiKeyOptions, ByIpOptions, IdentifierAnswer, Identify, IdentifyOption, RequestLike } from './http/identify';

@@ -15,6 +15,7 @@ import {
   parseDuration,
   positiveInteger,
 } from '../validate';
+import { type ResolvedBreakerOptions, resolveBreakerOptions } from './breaker';
 import type { LimiterOptions } from './types';
 
 export const DEFAULT_ALGORITHM: AlgorithmName = 'sliding-window';
@@ -40,6 +41,7 @@ export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
   shadow: true,
   concurrency: true,
   leaseMs: true,
+  breaker: true,
 };
 export const LIMITER_OPTIONS = keysOf<LimiterOptions>(LIMITER_OPTION_KEYS);
 
@@ -59,6 +61,14 @@ export interface ResolvedLimiterOptions {
   readonly concurrency: number;
   /** Milliseconds a lease lives unless renewed or released (only with `concurrency`). */
   readonly leaseMs: number;
+  /** The circuit breaker's settings; undefined for none. */
+  readonly breaker: ResolvedBreakerOptions | undefined;
+  /**
+   * Whether a check that failed (timed out) but was counted by the store after all is given back
+   * once its late reply shows it: set by the HTTP adapters unless `failMode` is `'open'`, where the
+   * request was served and counting it is right.
+   */
+  readonly refundLateCounts: boolean;
 }
 
 /** Validates `options` (whose unknown keys the caller has already rejected) and applies the defaults. */
@@ -71,6 +81,8 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
   const rateless = concurrency > 0 && options.limit === undefined && options.window === undefined && options.limits === undefined;
   const tiers = Object.freeze(rateless ? [] : resolveTiers(options));
   const store = options.store ?? new MemoryStore();
+  // Validated whatever the store.
+  const breaker = resolveBreakerOptions(options.breaker);
   if (typeof store.check !== 'function' || typeof store.settle !== 'function' || typeof store.reset !== 'function') {
     throw new OptionError('SWL_INVALID_STORE', 'store: must be a RedisStore, a MemoryStore or another Store implementation');
   }
@@ -93,6 +105,9 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
     shadow: oneOf(options.shadow ?? false, [true, false], 'shadow'),
     concurrency,
     leaseMs: options.leaseMs === undefined ? DEFAULT_LEASE_MS : parseDuration(options.leaseMs, 'leaseMs'),
+    // A store that answers synchronously never times out: nothing for a breaker to spare.
+    breaker: store.needsTimeout ? breaker : undefined,
+    refundLateCounts: false,
   };
 }
 

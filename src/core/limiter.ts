@@ -8,6 +8,7 @@ import { LEASE_CHANGE_REPLY, type LeaseCall, type ScriptCall } from '../protocol
 import type { CallbackStore, Store } from '../stores/types';
 import { resolveTiers, smallestLimit, type Tier } from '../tiers';
 import { checkOptions, describeValue, type KnownKeys, keysOf, nonNegativeInteger, positiveInteger } from '../validate';
+import { CircuitBreaker } from './breaker';
 import { Deadlines } from './deadlines';
 import { blockedMsOf, decodeDecision, neverAllowed } from './decision';
 import { DenyCache } from './deny-cache';
@@ -60,6 +61,9 @@ class RateLimiter implements LimiterCore {
   private readonly keyPrefix: string;
   private readonly deadlines: Deadlines;
   private readonly storeCheck: CheckThen;
+  /** Answers checks at once while the store keeps failing; undefined when turned off. */
+  private readonly breaker: CircuitBreaker | undefined;
+  private readonly refundLateCounts: boolean;
   /** The callers of `wait`, made on its first use. */
   private waiters: Waiters | undefined;
   /** The identifier {@link keyFor} was last asked for, and its key (primed with `''`, so never undefined). */
@@ -82,7 +86,10 @@ class RateLimiter implements LimiterCore {
     this.keyPrefix = `${this.prefix}:`;
     this.lastIdentifier = '';
     this.lastKey = this.keyOf('');
-    this.deadlines = new Deadlines(this.timeoutMs);
+    const breaker = options.breaker === undefined ? undefined : new CircuitBreaker(options.breaker);
+    this.breaker = breaker;
+    this.refundLateCounts = options.refundLateCounts;
+    this.deadlines = new Deadlines(this.timeoutMs, breaker === undefined ? undefined : (error) => breaker.failed(error));
     this.smallestLimit = smallestLimit(this.tiers);
     this.denyCache = options.denyCacheSize > 0 ? new DenyCache(options.denyCacheSize) : undefined;
   }
@@ -258,14 +265,27 @@ class RateLimiter implements LimiterCore {
       const denied = this.denyCache.get(key, call.cost, call.tiers, call.now ?? Date.now());
       if (denied !== undefined) return denied;
     }
+    const { breaker } = this;
+    if (breaker !== undefined) {
+      const refusal = breaker.refusal();
+      if (refusal !== undefined) {
+        done(refusal);
+        return undefined;
+      }
+    }
     const pending = this.store.needsTimeout ? this.deadlines.start(done) : undefined;
     const answer: Done<RawReply> = (error, raw) => {
-      // A reply after the deadline changes nothing: the caller has had its timeout error.
-      if (pending !== undefined && !this.deadlines.finish(pending)) return;
+      // A reply after the deadline does not reach the caller, who has had its timeout error.
+      if (pending !== undefined && !this.deadlines.finish(pending)) {
+        if (raw !== undefined && this.refundLateCounts) this.giveBackLate(identifier, key, raw, call);
+        return;
+      }
       if (raw === undefined) {
+        breaker?.failed(error);
         done(error);
         return;
       }
+      breaker?.succeeded();
       let decision: Decision;
       try {
         decision = this.decisionOf(identifier, key, raw, call);
@@ -278,6 +298,30 @@ class RateLimiter implements LimiterCore {
     if (call.lease === undefined) this.storeCheck(this.scripts, key, call, answer);
     else (this.store as Required<Store>).checkLease(this.scripts, key, leaseKeyOf(key), call).then((raw) => answer(undefined, raw), answer);
     return undefined;
+  }
+
+  /**
+   * A check that timed out was refused (or decided without the store), yet its late reply shows
+   * the store counted it: gives back what it counted, and the lease it took.
+   */
+  private giveBackLate(identifier: string, key: string, raw: RawReply, call: ScriptCall): void {
+    let decision: Decision;
+    try {
+      decision = decodeDecision(raw, {
+        identifier,
+        tiers: call.tiers,
+        cost: call.cost,
+        dryRun: call.dryRun,
+        shadow: this.shadow,
+        concurrency: call.lease?.concurrency ?? 0,
+      });
+    } catch {
+      return;
+    }
+    if (!decision.allowed || call.dryRun) return;
+    // Failures here have nowhere to go: the request was answered long ago.
+    if (decision.counted) this.settle(identifier, decision, 0).then(undefined, ignore);
+    if (call.lease !== undefined) this.changeLease(RELEASE, leaseKeyOf(key), call.lease.id).then(undefined, ignore);
   }
 
   /** Decodes a check's reply, and keeps the deny cache true to it. */
@@ -339,6 +383,10 @@ class RateLimiter implements LimiterCore {
 }
 
 const NO_TIERS: readonly Tier[] = Object.freeze([]);
+
+function ignore(): void {
+  // on purpose: see the callers
+}
 
 /** A lease id: this process's random tag and a counter, unique across processes. */
 const LEASE_TAG = `${randomBytes(6).toString('base64url')}.`;

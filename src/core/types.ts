@@ -6,6 +6,7 @@ import type { AlgorithmName } from '../algorithms/types';
 import type { Store } from '../stores/types';
 import type { Tier, TierOptions } from '../tiers';
 import type { Duration } from '../validate';
+import type { BreakerOptions } from './breaker';
 
 /** Options of {@link createLimiter}. */
 export interface LimiterOptions {
@@ -71,6 +72,16 @@ export interface LimiterOptions {
    * request still in progress every `leaseMs / 2`. Default `'60s'`.
    */
   leaseMs?: Duration;
+  /**
+   * The circuit breaker of store calls: after `failures` consecutive store failures (errors or
+   * timeouts), checks fail at once with a `CircuitOpenError` (`SWL_CIRCUIT_OPEN`) instead of each
+   * waiting up to `timeoutMs`, for `openMs`; then one check goes through as a probe: its success
+   * closes the breaker, its failure opens it again for twice as long, up to `maxOpenMs`. The HTTP
+   * adapters answer a refused check by `failMode`. `false` turns it off. Default
+   * `{ failures: 5, openMs: 500, maxOpenMs: 5000 }` (only for stores that need a timeout, such as
+   * `RedisStore`).
+   */
+  breaker?: BreakerOptions | false;
 }
 
 /** Options of one {@link Limiter.check} or {@link Limiter.peek}. */

@@ -20,6 +20,7 @@ import { relative, resolve } from 'node:path';
 export const UNIT_FILES: readonly string[] = [
   'test/async.test.ts',
   'test/bench/accuracy.test.ts',
+  'test/core/breaker.test.ts',
   'test/core/deadlines.test.ts',
   'test/docs.test.ts',
   'test/express/async-handler.test.ts',
