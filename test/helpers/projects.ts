@@ -26,6 +26,7 @@ export const UNIT_FILES: readonly string[] = [
   'test/express/async-handler.test.ts',
   // Its RedisStores' clients point at a port nothing listens on: Redis down, no server needed.
   'test/express/failure.test.ts',
+  'test/http/trust-all-proxies.test.ts',
   'test/stores/memory.test.ts',
   'test/stores/redis/batch.test.ts',
   'test/structure.test.ts',
