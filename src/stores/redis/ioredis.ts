@@ -7,6 +7,7 @@
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError, warn } from '../../errors';
 import { dryRunArgIndex } from '../../protocol';
+import { readMemoryPolicy } from './memory-policy';
 import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, scriptKindOf, shaOf } from './redis-client';
 
 /** The parts of an ioredis `Redis` or `Cluster` this package uses. */
@@ -47,10 +48,22 @@ function stateOf(client: IoredisClient): ClientState {
       created.everReady = true;
     });
     client.on('close', () => abandonUnansweredChecks(client));
+    // Each new connection may reach another node (a restart, a Sentinel failover).
+    client.on('ready', () => readMemoryPolicies(client));
+    if (client.status === 'ready') readMemoryPolicies(client);
     states.set(client, created);
     state = created;
   }
   return state;
+}
+
+/** Reads the memory policy of the node a standalone client is connected to, or of every master of a Cluster. */
+function readMemoryPolicies(client: IoredisClient): void {
+  const info = (node: unknown) => () => (node as { info(): Promise<string> }).info();
+  const nodes = (client as { nodes?: (role: string) => unknown[] }).nodes;
+  if (client.isCluster === true && typeof nodes === 'function') {
+    for (const node of nodes.call(client, 'master')) readMemoryPolicy(info(node));
+  } else readMemoryPolicy(info(client));
 }
 
 /**

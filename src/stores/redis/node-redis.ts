@@ -8,6 +8,7 @@
 import { setMaxListeners } from 'node:events';
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError } from '../../errors';
+import { readMemoryPolicy } from './memory-policy';
 import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, shaOf, storeFailure } from './redis-client';
 
 /**
@@ -106,8 +107,31 @@ function stateOf(client: NodeRedisClient | NodeRedisCluster, cluster: boolean): 
     if (epoch !== undefined) watchConnections(client as { on(event: string, listener: () => void): unknown }, cluster, epoch);
     state = { plain, epoch };
     states.set(client, state);
+    watchMemoryPolicies(client, cluster, plain);
   }
   return state;
+}
+
+/**
+ * Reads the memory policy of the node a client reaches at each new connection (now, if it is
+ * ready), or of every master of a cluster (now).
+ */
+function watchMemoryPolicies(client: NodeRedisClient | NodeRedisCluster, cluster: boolean, options: NodeRedisCommandOptions): void {
+  if (cluster) {
+    const { masters } = client as NodeRedisCluster;
+    const nodeClient = (client as { nodeClient?: (node: unknown) => unknown }).nodeClient;
+    if (typeof nodeClient !== 'function') return;
+    for (const master of masters) {
+      readMemoryPolicy(() =>
+        Promise.resolve(nodeClient.call(client, master)).then((node) => (node as NodeRedisClient).sendCommand(['INFO'], options)),
+      );
+    }
+    return;
+  }
+  const standalone = client as NodeRedisClient;
+  const read = () => readMemoryPolicy(() => standalone.sendCommand(['INFO'], options));
+  (standalone as { on(event: string, listener: () => void): unknown }).on('ready', read);
+  if (standalone.isReady) read();
 }
 
 /**
