@@ -12,7 +12,7 @@ export { ANONYMOUS, byApiKey, byIp, byUser } from './http/identify';
 export type { MemoryStoreOptions } from './stores/memory';
 export { MemoryStore } from './stores/memory';
 export type { IoredisClient } from './stores/redis/ioredis';
-export type { NodeRedisClient, NodeRedisCluster, NodeRedisCommandOptions } from './stores/redis/node-redis';
+export type { NodeRedisClient, NodeRedisCluster, NodeRedisCommandOptions, NodeRedisSentinel } from './stores/redis/node-redis';
 export type { RedisStoreClient, RedisStoreOptions } from './stores/redis/redis-store';
 export { RedisStore } from './stores/redis/redis-store';
 export type { Store } from './stores/types';

@@ -9,15 +9,18 @@ import { type IoredisClient, ioredisAdapter, isIoredisClient } from './ioredis';
 import {
   isNodeRedisClient,
   isNodeRedisCluster,
+  isNodeRedisSentinel,
   type NodeRedisClient,
   type NodeRedisCluster,
+  type NodeRedisSentinel,
   nodeRedisAdapter,
+  nodeRedisSentinelAdapter,
   unsupportedNodeRedis,
 } from './node-redis';
 import { type RedisClientAdapter, storeFailure } from './redis-client';
 
 /** A Redis client a {@link RedisStore} runs on: ioredis (or an API-compatible fork) or node-redis. */
-export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster;
+export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster | NodeRedisSentinel;
 
 /** Options of {@link RedisStore}. */
 export interface RedisStoreOptions {
@@ -54,7 +57,7 @@ export class RedisStore implements CallbackStore {
   private readonly checkArgv = new RepeatedCheckArgv();
 
   constructor(options: RedisStoreOptions) {
-    if (isIoredisClient(options) || isNodeRedisClient(options) || isNodeRedisCluster(options)) {
+    if (isIoredisClient(options) || isNodeRedisClient(options) || isNodeRedisCluster(options) || isNodeRedisSentinel(options)) {
       throw new OptionError(
         'SWL_INVALID_OPTIONS',
         'options: RedisStore takes an options object: pass { client }, as in new RedisStore({ client })',
@@ -129,6 +132,7 @@ function whenAvailable(redis: RedisClientAdapter, send: () => Promise<unknown>):
 
 function adapterFor(client: unknown): RedisClientAdapter {
   if (isIoredisClient(client)) return ioredisAdapter(client);
+  if (isNodeRedisSentinel(client)) return nodeRedisSentinelAdapter(client);
   if (isNodeRedisCluster(client) || isNodeRedisClient(client)) {
     const unsupported = unsupportedNodeRedis(client);
     if (unsupported !== undefined) throw new OptionError('SWL_INVALID_STORE', `client: ${unsupported}`);
