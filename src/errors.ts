@@ -26,7 +26,7 @@ export const CODES = {
   SWL_STORE_ERROR:
     "Redis answered a command with an error, such as READONLY (a replica), OOM (memory full under `noeviction`) or LOADING (a restart reading its data) (a `StoreError`; `error.reply` holds that first word, `cause` the client's error).",
   SWL_CIRCUIT_OPEN:
-    "The store failed `breaker.failures` times in a row, so the limiter's circuit breaker answers checks at once, without the store, until a probe check succeeds (a `CircuitOpenError`; the failure that opened it is its `cause`). The HTTP adapters answer by `failMode`.",
+    "The store timed out `breaker.failures` times in a row, so the limiter's circuit breaker answers checks at once, without the store, until a probe check succeeds (a `CircuitOpenError`; the failure that opened it is its `cause`). The HTTP adapters answer by `failMode`.",
   SWL_STORE_FAILING:
     "Warning: the store failed and no `onError` is set, so requests were let through (`failMode: 'open'`) or refused (`'closed'`) without a word; emitted on the first failure and at most once a minute while failures continue.",
   SWL_WAIT_EXCEEDED:

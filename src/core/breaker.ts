@@ -9,7 +9,7 @@ import { checkOptions, describeValue, keysOf, positiveInteger } from '../validat
 
 /** Options of a limiter's circuit breaker (`breaker`); `false` turns it off. */
 export interface BreakerOptions {
-  /** Consecutive store failures (errors and timeouts) that open the breaker. Default `5`. */
+  /** Consecutive store timeouts that open the breaker (a failure that comes at once spares no wait, and does not count). Default `5`. */
   failures?: number;
   /**
    * Milliseconds the breaker stays open the first time, before one check goes through as a
@@ -111,6 +111,12 @@ export class CircuitBreaker {
     this.lastFailure = undefined;
   }
 
+  /** A call failed without waiting (the store refused it at once): only a probe's failure matters. */
+  failedAtOnce(error: unknown): void {
+    if (this.probing) this.failed(error);
+  }
+
+  /** A call timed out (or, while probing, the probe failed). */
   failed(error: unknown): void {
     if (this.openUntil === 0) {
       if (++this.failures < this.options.failures) return;

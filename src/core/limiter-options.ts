@@ -105,8 +105,10 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
     shadow: oneOf(options.shadow ?? false, [true, false], 'shadow'),
     concurrency,
     leaseMs: options.leaseMs === undefined ? DEFAULT_LEASE_MS : parseDuration(options.leaseMs, 'leaseMs'),
-    // A store that answers synchronously never times out: nothing for a breaker to spare.
-    breaker: store.needsTimeout ? breaker : undefined,
+    // A store that answers synchronously never times out: nothing for a breaker to spare. On a
+    // sharded store (a Cluster) one breaker would refuse the healthy nodes' checks for a dead one's
+    // timeouts: off unless asked for.
+    breaker: !store.needsTimeout || (store.sharded === true && options.breaker === undefined) ? undefined : breaker,
     refundLateCounts: false,
   };
 }

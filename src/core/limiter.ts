@@ -280,8 +280,10 @@ class RateLimiter implements LimiterCore {
         if (raw !== undefined && this.refundLateCounts) this.giveBackLate(identifier, key, raw, call);
         return;
       }
+      // A failure that came at once (the connection is down) does not open the breaker: it spares
+      // nobody a wait, and would only delay limiting once the store is back. It fails a probe.
       if (raw === undefined) {
-        breaker?.failed(error);
+        breaker?.failedAtOnce(error);
         done(error);
         return;
       }

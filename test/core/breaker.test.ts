@@ -130,3 +130,17 @@ test('breaker: false keeps every check waiting for its own timeout', async () =>
   for (let i = 0; i < 7; i++) await expect(limiter.check('a')).rejects.toMatchObject({ code: 'SWL_TIMEOUT' });
   expect(store.calls).toBe(7);
 });
+
+test('failures that come at once never open it, but fail a probe (which opens it again)', () => {
+  const time = clock();
+  const breaker = new CircuitBreaker(OPTIONS, time.now);
+  for (let i = 0; i < 10; i++) breaker.failedAtOnce(new Error('ECONNREFUSED'));
+  expect(breaker.open).toBe(false);
+  for (let i = 0; i < 3; i++) breaker.failed(new Error('timeout'));
+  time.advance(100);
+  expect(breaker.refusal()).toBeUndefined();
+  breaker.failedAtOnce(new Error('ECONNREFUSED'));
+  expect(breaker.refusal()).toBeDefined();
+  time.advance(200);
+  expect(breaker.refusal()).toBeUndefined();
+});

@@ -109,7 +109,7 @@ describe.each(FRAMEWORKS)('%s, failMode local', (framework) => {
         expect(outage.map((answer) => answer.status)).toEqual([200, 200, 200, 200, 200, 429, 429]);
         expect(outage.every((answer) => answer.limited)).toBe(true);
         expect(errors.length).toBeGreaterThanOrEqual(7);
-        expect(new Set(errors)).toEqual(new Set(['SWL_STORE_UNAVAILABLE', 'SWL_CIRCUIT_OPEN']));
+        expect(errors.every((code) => code === 'SWL_STORE_UNAVAILABLE')).toBe(true);
         // 'c' uses its whole local quota.
         expect((await send('c', 6)).map((answer) => answer.status)).toEqual([200, 200, 200, 200, 200, 429]);
 

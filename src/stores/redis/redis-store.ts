@@ -51,6 +51,8 @@ const OPTIONS = keysOf<RedisStoreOptions>({ client: true });
 export class RedisStore implements CallbackStore {
   readonly client: RedisStoreClient;
   readonly needsTimeout = true;
+  /** True on a Cluster, whose keys live on several nodes. */
+  readonly sharded: boolean;
   private readonly redis: RedisClientAdapter;
   /** Gathers the checks of one event-loop turn into one call, where the client allows it (not a Cluster). */
   private readonly batcher: CheckBatcher | undefined;
@@ -69,6 +71,7 @@ export class RedisStore implements CallbackStore {
     const redis = adapterFor(client);
     this.redis = redis;
     const { runBatch } = redis;
+    this.sharded = runBatch === undefined;
     // A batch goes out a turn after its checks started: the connection may have dropped since,
     // and a client would then queue the batch, to count it after a reconnection. Ask again.
     this.batcher =
