@@ -4,7 +4,7 @@
  * 200, failing open. Run with the breaker (failures 5, openMs 100, maxOpenMs 400) and without.
  *
  * Proves: with the breaker, once the first checks have failed, requests during the outage are
- * answered at once (median under 20 ms; only the probes wait for timeoutMs) where without it each
+ * answered at once (median under a quarter of timeoutMs, a few ms on an idle machine; only the probes wait for timeoutMs) where without it each
  * waits the full timeoutMs; and limiting resumes within one probe interval (maxOpenMs) of Redis
  * answering again.
  */
@@ -77,7 +77,8 @@ describe.each(RECOMMENDED_CONFIGS)('%s', (configName, config) => {
         expect(median).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
         expect(resumedAfter).toBeLessThan(MARGIN_MS);
       } else {
-        expect(median).toBeLessThan(20);
+        // Near zero against timeoutMs: a quarter of it leaves room for a loaded machine.
+        expect(median).toBeLessThan(TIMEOUT_MS / 4);
         // Only the probes (one per interval: 100, 200, 400, 400... ms) wait.
         expect(waited).toBeLessThanOrEqual(10);
         expect(codes).toContain('SWL_CIRCUIT_OPEN');
