@@ -25,6 +25,8 @@ export const CODES = {
     "Redis cannot be reached: the connection is down or not yet up, or was lost before a check was answered (a `StoreUnavailableError`; the client's own error is its `cause`).",
   SWL_STORE_ERROR:
     "Redis answered a command with an error, such as READONLY (a replica), OOM (memory full under `noeviction`) or LOADING (a restart reading its data) (a `StoreError`; `error.reply` holds that first word, `cause` the client's error).",
+  SWL_CIRCUIT_OPEN:
+    "The store timed out `breaker.failures` times in a row, so the limiter's circuit breaker answers checks at once, without the store, until a probe check succeeds (a `CircuitOpenError`; the failure that opened it is its `cause`). The HTTP adapters answer by `failMode`.",
   SWL_STORE_FAILING:
     "Warning: the store failed and no `onError` is set, so requests were let through (`failMode: 'open'`) or refused (`'closed'`) without a word; emitted on the first failure and at most once a minute while failures continue.",
   SWL_WAIT_EXCEEDED:
@@ -38,6 +40,10 @@ export const CODES = {
     'Warning: two limiters (or one limiter mounted twice) counted the same request against the same key of the same store, so each request costs twice. Give each its own `prefix`, or mount it once.',
   SWL_ROUTES_NOT_LIMITED:
     'Warning: the Fastify plugin is global but routes were registered before it loaded (`register` not awaited before the routes, or called after them), so they are not limited.',
+  SWL_EVICTING_MEMORY:
+    'Warning: a Redis node the store reached has `maxmemory` set and a `maxmemory-policy` other than `noeviction`: under memory pressure it may evict rate-limit keys (every one has a TTL, so `volatile-*` policies evict them too), silently giving identifiers their quota back. Emitted once per Redis server process.',
+  SWL_TRUST_ALL_PROXIES:
+    "Warning: `byIp()` ran under Express's `trust proxy: true` or Fastify's `trustProxy: true`, which trusts every hop: any client can choose its IP with `X-Forwarded-For` and get a fresh quota per request. Set the number of proxies (`1`) or their addresses instead.",
   SWL_IOREDIS_QUEUE_UNSUPPORTED:
     "Warning: this ioredis version's command queue does not have the shape the store knows, so checks unanswered when a connection drops may still be counted after it reconnects.",
 } as const;
@@ -81,6 +87,15 @@ export class StoreError extends Error {
     super(message, options);
     this.reply = reply;
   }
+}
+
+/**
+ * The store failed too often in a row: the limiter's circuit breaker answers at once, without
+ * the store, until a probe check succeeds. `cause` is the failure that opened it.
+ */
+export class CircuitOpenError extends Error {
+  override readonly name = 'CircuitOpenError';
+  readonly code = 'SWL_CIRCUIT_OPEN';
 }
 
 /** Emits a process warning carrying `code`. */

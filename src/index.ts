@@ -1,9 +1,10 @@
 export type { AlgorithmName } from './algorithms/types';
 export type { Awaitable } from './async';
+export type { BreakerOptions } from './core/breaker';
 export { createLimiter } from './core/limiter';
 export type { CheckOptions, ConcurrencyDecision, Decision, Lease, Limiter, LimiterOptions, TierDecision, WaitOptions } from './core/types';
 export { WaitExceededError } from './core/wait';
-export { CODES, type Code, OptionError, RateLimitTimeoutError, StoreError, StoreUnavailableError } from './errors';
+export { CircuitOpenError, CODES, type Code, OptionError, RateLimitTimeoutError, StoreError, StoreUnavailableError } from './errors';
 export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './http/headers';
 export type { FailMode, HttpOptions } from './http/http-options';
 export type { ByApiKeyOptions, ByIpOptions, IdentifierAnswer, Identify, IdentifyOption, RequestLike } from './http/identify';
@@ -21,7 +22,7 @@ export type {
 export type { MemoryStoreOptions } from './stores/memory';
 export { MemoryStore } from './stores/memory';
 export type { IoredisClient } from './stores/redis/ioredis';
-export type { NodeRedisClient, NodeRedisCluster, NodeRedisCommandOptions } from './stores/redis/node-redis';
+export type { NodeRedisClient, NodeRedisCluster, NodeRedisCommandOptions, NodeRedisSentinel } from './stores/redis/node-redis';
 export type { RedisStoreClient, RedisStoreOptions } from './stores/redis/redis-store';
 export { RedisStore } from './stores/redis/redis-store';
 export type { Store } from './stores/types';

@@ -44,7 +44,7 @@ export interface RatewardenThrottlerStorageOptions {
    * sees a fresh count), `'closed'` rejects `increment`, so the guard throws and NestJS answers
    * with its exception handling (500 unless a filter of yours maps the error).
    */
-  failMode?: FailMode;
+  failMode?: Exclude<FailMode, 'local'>;
   /** Called with a store failure (instead of the `SWL_STORE_FAILING` warning), and the guard's key. */
   onError?: (error: unknown, key: string) => void;
 }
@@ -141,7 +141,7 @@ export class RatewardenThrottlerStorage implements ThrottlerStorage {
 
   private storeFailed(error: unknown, key: string): void {
     if (this.onError === undefined) {
-      warnStoreFailing(error, false);
+      warnStoreFailing(error, this.failClosed ? 'closed' : 'open');
       return;
     }
     try {

@@ -4,7 +4,7 @@
  * with `redis-cli --cluster create`.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -124,6 +124,71 @@ export async function startCluster(masters = 3): Promise<RedisCluster> {
     startupNodes: nodes.map((node) => ({ host: '127.0.0.1', port: node.port })),
     async stop() {
       await Promise.all(nodes.map((node) => node.stop()));
+    },
+  };
+}
+
+/** A master, its replica and one Sentinel (quorum 1) watching them under the name `mymaster`. */
+export interface RedisSentinelGroup {
+  readonly name: string;
+  readonly master: RedisProcess;
+  readonly replica: RedisProcess;
+  readonly sentinel: { readonly port: number };
+  /** The port of the master Sentinel reports now. */
+  masterPort(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a master, a replica of it and a Sentinel that fails over 500 ms after the master stops
+ * answering. `redis-server <conf> --sentinel` needs a writable config file: Sentinel rewrites it.
+ */
+export async function startSentinelGroup(extraArgs: string[] = []): Promise<RedisSentinelGroup> {
+  const name = 'mymaster';
+  const master = await startRedis(extraArgs);
+  const replica = await startRedis(['--replicaof', '127.0.0.1', String(master.port), ...extraArgs]);
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'swl-sentinel-'));
+  const conf = join(dir, 'sentinel.conf');
+  writeFileSync(
+    conf,
+    [
+      `port ${port}`,
+      'bind 127.0.0.1',
+      `dir ${dir}`,
+      `sentinel monitor ${name} 127.0.0.1 ${master.port} 1`,
+      `sentinel down-after-milliseconds ${name} 500`,
+      `sentinel failover-timeout ${name} 5000`,
+      `sentinel parallel-syncs ${name} 1`,
+      '',
+    ].join('\n'),
+  );
+  const child = spawn('redis-server', [conf, '--sentinel'], { stdio: 'ignore' });
+  child.unref();
+  await waitForPort(port);
+  const masterPort = async (): Promise<number> => {
+    const { stdout } = await run('redis-cli', ['-p', String(port), 'sentinel', 'get-master-addr-by-name', name]);
+    return Number(stdout.trim().split('\n')[1]);
+  };
+  // Wait until the replica is in sync, so a failover has a replica to promote.
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const { stdout } = await run('redis-cli', ['-p', String(replica.port), 'info', 'replication']);
+    if (stdout.includes('master_link_status:up')) break;
+    if (Date.now() > deadline) throw new Error('the replica did not sync');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return {
+    name,
+    master,
+    replica,
+    sentinel: { port },
+    masterPort,
+    async stop() {
+      child.kill('SIGKILL');
+      await exited(child);
+      rmSync(dir, { recursive: true, force: true });
+      await Promise.all([master.stop(), replica.stop()]);
     },
   };
 }

@@ -28,7 +28,11 @@ export class Deadlines {
   /** Whether the timer holds the event loop open: only while a call is pending. */
   private holding = false;
 
-  constructor(readonly timeoutMs: number) {}
+  /** `onTimeout`: called once for each call that expires, before its own `expire` (the limiter's circuit breaker counts it). */
+  constructor(
+    readonly timeoutMs: number,
+    private readonly onTimeout?: (error: Error) => void,
+  ) {}
 
   /**
    * Starts bounding a call: `expire` runs with a {@link RateLimitTimeoutError} once `timeoutMs`
@@ -112,8 +116,10 @@ export class Deadlines {
     if (this.head < this.queue.length) this.arm(Math.max(1, this.queue[this.head].deadline - now));
     // Last, once the queue and timer are in order: a callback may run the app's own code (the
     // HTTP path goes on to the next handler), and one that throws must not leave the rest waiting.
-    callEach(expired, (pending) =>
-      pending.expire(new RateLimitTimeoutError(`rate limit store did not answer within ${this.timeoutMs} ms`)),
-    );
+    callEach(expired, (pending) => {
+      const error = new RateLimitTimeoutError(`rate limit store did not answer within ${this.timeoutMs} ms`);
+      this.onTimeout?.(error);
+      pending.expire(error);
+    });
   }
 }

@@ -16,6 +16,7 @@ import {
   parseDuration,
   positiveInteger,
 } from '../validate';
+import { type ResolvedBreakerOptions, resolveBreakerOptions } from './breaker';
 import type { LimiterOptions } from './types';
 
 export const DEFAULT_ALGORITHM: AlgorithmName = 'sliding-window';
@@ -42,6 +43,7 @@ export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
   concurrency: true,
   leaseMs: true,
   metrics: true,
+  breaker: true,
 };
 export const LIMITER_OPTIONS = keysOf<LimiterOptions>(LIMITER_OPTION_KEYS);
 
@@ -63,6 +65,14 @@ export interface ResolvedLimiterOptions {
   readonly leaseMs: number;
   /** The meter to record into; undefined for no metrics. */
   readonly metrics: MetricsMeter | undefined;
+  /** The circuit breaker's settings; undefined for none. */
+  readonly breaker: ResolvedBreakerOptions | undefined;
+  /**
+   * Whether a check that failed (timed out) but was counted by the store after all is given back
+   * once its late reply shows it: set by the HTTP adapters unless `failMode` is `'open'`, where the
+   * request was served and counting it is right.
+   */
+  readonly refundLateCounts: boolean;
 }
 
 /** Validates `options` (whose unknown keys the caller has already rejected) and applies the defaults. */
@@ -75,6 +85,8 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
   const rateless = concurrency > 0 && options.limit === undefined && options.window === undefined && options.limits === undefined;
   const tiers = Object.freeze(rateless ? [] : resolveTiers(options));
   const store = options.store ?? new MemoryStore();
+  // Validated whatever the store.
+  const breaker = resolveBreakerOptions(options.breaker);
   if (typeof store.check !== 'function' || typeof store.settle !== 'function' || typeof store.reset !== 'function') {
     throw new OptionError('SWL_INVALID_STORE', 'store: must be a RedisStore, a MemoryStore or another Store implementation');
   }
@@ -98,6 +110,11 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
     concurrency,
     leaseMs: options.leaseMs === undefined ? DEFAULT_LEASE_MS : parseDuration(options.leaseMs, 'leaseMs'),
     metrics: resolveMetrics(options.metrics),
+    // A store that answers synchronously never times out: nothing for a breaker to spare. On a
+    // sharded store (a Cluster) one breaker would refuse the healthy nodes' checks for a dead one's
+    // timeouts: off unless asked for.
+    breaker: !store.needsTimeout || (store.sharded === true && options.breaker === undefined) ? undefined : breaker,
+    refundLateCounts: false,
   };
 }
 

@@ -9,6 +9,7 @@ import { LEASE_CHANGE_REPLY, type LeaseCall, type ScriptCall } from '../protocol
 import type { CallbackStore, Store } from '../stores/types';
 import { resolveTiers, smallestLimit, type Tier } from '../tiers';
 import { checkOptions, describeValue, type KnownKeys, keysOf, nonNegativeInteger, positiveInteger } from '../validate';
+import { CircuitBreaker } from './breaker';
 import { Deadlines } from './deadlines';
 import { blockedMsOf, decodeDecision, neverAllowed } from './decision';
 import { DenyCache } from './deny-cache';
@@ -63,6 +64,9 @@ class RateLimiter implements LimiterCore {
   private readonly storeCheck: CheckThen;
   /** Undefined without the `metrics` option: then nothing is measured. */
   private readonly metrics: LimiterMetrics | undefined;
+  /** Answers checks at once while the store keeps failing; undefined when turned off. */
+  private readonly breaker: CircuitBreaker | undefined;
+  private readonly refundLateCounts: boolean;
   /** The callers of `wait`, made on its first use. */
   private waiters: Waiters | undefined;
   /** The identifier {@link keyFor} was last asked for, and its key (primed with `''`, so never undefined). */
@@ -85,7 +89,10 @@ class RateLimiter implements LimiterCore {
     this.keyPrefix = `${this.prefix}:`;
     this.lastIdentifier = '';
     this.lastKey = this.keyOf('');
-    this.deadlines = new Deadlines(this.timeoutMs);
+    const breaker = options.breaker === undefined ? undefined : new CircuitBreaker(options.breaker);
+    this.breaker = breaker;
+    this.refundLateCounts = options.refundLateCounts;
+    this.deadlines = new Deadlines(this.timeoutMs, breaker === undefined ? undefined : (error) => breaker.failed(error));
     this.smallestLimit = smallestLimit(this.tiers);
     this.denyCache = options.denyCacheSize > 0 ? new DenyCache(options.denyCacheSize) : undefined;
     this.metrics = options.metrics === undefined ? undefined : new LimiterMetrics(options.metrics, this.prefix);
@@ -276,18 +283,33 @@ class RateLimiter implements LimiterCore {
       const denied = this.denyCache.get(key, call.cost, call.tiers, call.now ?? Date.now());
       if (denied !== undefined) return denied;
     }
+    const { breaker } = this;
+    if (breaker !== undefined) {
+      const refusal = breaker.refusal();
+      if (refusal !== undefined) {
+        done(refusal);
+        return undefined;
+      }
+    }
     const pending = this.store.needsTimeout ? this.deadlines.start(done) : undefined;
     const { metrics } = this;
     const started = metrics === undefined ? 0 : performance.now();
     const answer: Done<RawReply> = (error, raw) => {
       // Measured even when it comes after the deadline: how long the store took is what it took.
       if (metrics !== undefined) metrics.storeAnswered(started, raw === undefined ? error : undefined);
-      // A reply after the deadline changes nothing: the caller has had its timeout error.
-      if (pending !== undefined && !this.deadlines.finish(pending)) return;
+      // A reply after the deadline does not reach the caller, who has had its timeout error.
+      if (pending !== undefined && !this.deadlines.finish(pending)) {
+        if (raw !== undefined && this.refundLateCounts) this.giveBackLate(identifier, key, raw, call);
+        return;
+      }
+      // A failure that came at once (the connection is down) does not open the breaker: it spares
+      // nobody a wait, and would only delay limiting once the store is back. It fails a probe.
       if (raw === undefined) {
+        breaker?.failedAtOnce(error);
         done(error);
         return;
       }
+      breaker?.succeeded();
       let decision: Decision;
       try {
         decision = this.decisionOf(identifier, key, raw, call);
@@ -300,6 +322,30 @@ class RateLimiter implements LimiterCore {
     if (call.lease === undefined) this.storeCheck(this.scripts, key, call, answer);
     else (this.store as Required<Store>).checkLease(this.scripts, key, leaseKeyOf(key), call).then((raw) => answer(undefined, raw), answer);
     return undefined;
+  }
+
+  /**
+   * A check that timed out was refused (or decided without the store), yet its late reply shows
+   * the store counted it: gives back what it counted, and the lease it took.
+   */
+  private giveBackLate(identifier: string, key: string, raw: RawReply, call: ScriptCall): void {
+    let decision: Decision;
+    try {
+      decision = decodeDecision(raw, {
+        identifier,
+        tiers: call.tiers,
+        cost: call.cost,
+        dryRun: call.dryRun,
+        shadow: this.shadow,
+        concurrency: call.lease?.concurrency ?? 0,
+      });
+    } catch {
+      return;
+    }
+    if (!decision.allowed || call.dryRun) return;
+    // Failures here have nowhere to go: the request was answered long ago.
+    if (decision.counted) this.settle(identifier, decision, 0).then(undefined, ignore);
+    if (call.lease !== undefined) this.changeLease(RELEASE, leaseKeyOf(key), call.lease.id).then(undefined, ignore);
   }
 
   /** Decodes a check's reply, and keeps the deny cache true to it. */
@@ -361,6 +407,10 @@ class RateLimiter implements LimiterCore {
 }
 
 const NO_TIERS: readonly Tier[] = Object.freeze([]);
+
+function ignore(): void {
+  // on purpose: see the callers
+}
 
 /** A lease id: this process's random tag and a counter, unique across processes. */
 const LEASE_TAG = `${randomBytes(6).toString('base64url')}.`;

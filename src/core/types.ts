@@ -7,6 +7,7 @@ import type { MetricsOption } from '../metrics';
 import type { Store } from '../stores/types';
 import type { Tier, TierOptions } from '../tiers';
 import type { Duration } from '../validate';
+import type { BreakerOptions } from './breaker';
 
 /** Options of {@link createLimiter}. */
 export interface LimiterOptions {
@@ -82,6 +83,16 @@ export interface LimiterOptions {
    * metrics, and nothing recorded.
    */
   metrics?: MetricsOption;
+  /**
+   * The circuit breaker of store calls: after `failures` consecutive store timeouts, checks fail at once with a `CircuitOpenError` (`SWL_CIRCUIT_OPEN`) instead of each
+   * waiting up to `timeoutMs`, for `openMs`; then one check goes through as a probe: its success
+   * closes the breaker, its failure opens it again for twice as long, up to `maxOpenMs`. The HTTP
+   * adapters answer a refused check by `failMode`. `false` turns it off. Default
+   * `{ failures: 5, openMs: 500, maxOpenMs: 5000 }` for stores that need a timeout, such as a
+   * `RedisStore`; off by default on a Redis Cluster, where one breaker would refuse every node's
+   * checks for one dead node.
+   */
+  breaker?: BreakerOptions | false;
 }
 
 /** Options of one {@link Limiter.check} or {@link Limiter.peek}. */

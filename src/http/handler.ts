@@ -6,12 +6,20 @@
  */
 import { type Awaitable, isPromiseLike, whenSettled, whenSettledOrFailed } from '../async';
 import { type LimiterCore, limiterFromResolved } from '../core/limiter';
-import { resolveLimiterOptions, validateCost } from '../core/limiter-options';
+import { type ResolvedLimiterOptions, resolveLimiterOptions, validateCost } from '../core/limiter-options';
 import type { Decision, Lease } from '../core/types';
+import { MemoryStore } from '../stores/memory';
 import type { Tier } from '../tiers';
 import { positiveInteger } from '../validate';
 import { secondsUntil } from './headers';
-import { defaultDenialJson, type HttpOptions, limiterOptionsOf, type ResolvedHttpOptions, resolveHttpOptions } from './http-options';
+import {
+  defaultDenialJson,
+  type HttpOptions,
+  limiterOptionsOf,
+  type ResolvedHttpOptions,
+  resolveFailMode,
+  resolveHttpOptions,
+} from './http-options';
 import { type CountedBy, warnIfCountedTwice, warnOnSharedPrefix, warnStoreFailing } from './misconfiguration';
 
 /** Continues the framework's chain: with an error, into its error handling. */
@@ -72,13 +80,22 @@ export function resetEveryCount(request: object): Promise<void> {
 export class HttpLimiter<Req, Res> {
   readonly limiter: LimiterCore;
   private readonly options: ResolvedHttpOptions<Req, Res>;
+  private readonly limiterOptions: ResolvedLimiterOptions;
+  /**
+   * With `failMode: 'local'`, the limiter of this process that decides while the store fails
+   * (made on the first failure), and its store; dropped, counts and all, once the store answers.
+   */
+  private local: { readonly limiter: LimiterCore; readonly store: MemoryStore } | undefined;
 
   /** `options` must already have passed the adapter's unknown-key check. */
   constructor(
     options: HttpOptions<Req, Res>,
     private readonly port: HttpPort<Req, Res>,
   ) {
-    this.limiter = limiterFromResolved(resolveLimiterOptions(limiterOptionsOf(options as HttpOptions<unknown, unknown>)));
+    // A check that timed out was refused (or decided locally) unless the limiter fails open: its late count is given back.
+    const refundLateCounts = resolveFailMode(options.failMode) !== 'open';
+    this.limiterOptions = { ...resolveLimiterOptions(limiterOptionsOf(options as HttpOptions<unknown, unknown>)), refundLateCounts };
+    this.limiter = limiterFromResolved(this.limiterOptions);
     this.options = resolveHttpOptions(options, this.limiter, port.statusOf);
     // With limits that depend on the request, two limiters on one prefix may well differ on purpose.
     if (this.options.tiersOf === undefined) warnOnSharedPrefix(this.limiter);
@@ -171,22 +188,57 @@ export class HttpLimiter<Req, Res> {
     proceed: Proceed,
   ): void {
     const answer = (error: unknown, decision?: Decision): void => {
-      if (decision === undefined) this.fail(error, request, response, proceed);
-      else this.answer(decision, identifier, request, response, proceed);
+      if (decision === undefined) {
+        this.fail(error, request, response, proceed);
+        if (this.options.failMode === 'local') this.decideLocally(identifier, cost, tiers, concurrency, request, response, proceed);
+        return;
+      }
+      // The store answers again: the local counts are dropped, not merged.
+      if (this.local !== undefined) this.dropLocal();
+      this.answer(this.limiter, decision, identifier, request, response, proceed);
     };
     const cached = this.limiter.checkPrepared(identifier, cost, tiers, answer, concurrency);
-    if (cached !== undefined) this.answer(cached, identifier, request, response, proceed);
+    if (cached !== undefined) this.answer(this.limiter, cached, identifier, request, response, proceed);
   }
 
-  private answer(decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
+  /** `failMode: 'local'`: decides with this process's own limiter, as the store would with only this process's requests. */
+  private decideLocally(
+    identifier: string,
+    cost: number,
+    tiers: readonly Tier[] | undefined,
+    concurrency: number | undefined,
+    request: Req,
+    response: Res,
+    proceed: Proceed,
+  ): void {
+    if (this.local === undefined) {
+      const store = new MemoryStore();
+      this.local = { store, limiter: limiterFromResolved({ ...this.limiterOptions, store, breaker: undefined, refundLateCounts: false }) };
+    }
+    const { limiter } = this.local;
+    const answer = (error: unknown, decision?: Decision): void => {
+      if (decision === undefined) this.hookFailed(error, request, proceed);
+      else this.answer(limiter, decision, identifier, request, response, proceed);
+    };
+    const cached = limiter.checkPrepared(identifier, cost, tiers, answer, concurrency);
+    if (cached !== undefined) this.answer(limiter, cached, identifier, request, response, proceed);
+  }
+
+  private dropLocal(): void {
+    this.local?.store.shutdown();
+    this.local = undefined;
+  }
+
+  /** Answers `decision`, made by `limiter` (the store's, or the local one of `failMode: 'local'`). */
+  private answer(limiter: LimiterCore, decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
     try {
-      this.respond(decision, identifier, request, response, proceed);
+      this.respond(limiter, decision, identifier, request, response, proceed);
     } catch (error) {
       this.hookFailed(error, request, proceed);
     }
   }
 
-  private respond(decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
+  private respond(limiter: LimiterCore, decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
     const { onDecision, onNearLimit, nearLimitBand, settleAfter } = this.options;
     // First, so that no throw below can keep the slot from being given back.
     if (decision.lease !== undefined) this.holdLease(decision.lease, request, response);
@@ -196,7 +248,7 @@ export class HttpLimiter<Req, Res> {
     }
     if (decision.counted) {
       const record = request as RequestRecord;
-      const counted: CountedBy = { limiter: this.limiter, identifier, next: record[COUNTED] };
+      const counted: CountedBy = { limiter, identifier, next: record[COUNTED] };
       if (counted.next !== undefined) warnIfCountedTwice(counted);
       record[COUNTED] = counted;
     }
@@ -204,7 +256,9 @@ export class HttpLimiter<Req, Res> {
     if (decision.allowed || decision.shadow) {
       // A shadow would-be denial counted nothing and is charged nothing: shadow mode counts as enforcing would.
       if (settleAfter !== undefined && (decision.counted || (this.options.chargesAfter && decision.allowed))) {
-        this.port.whenDone(response, (finished) => this.afterResponse(settleAfter, identifier, decision, request, response, finished));
+        this.port.whenDone(response, (finished) =>
+          this.afterResponse(limiter, settleAfter, identifier, decision, request, response, finished),
+        );
       }
       this.sendHeaders(decision, request, response);
       proceed();
@@ -269,13 +323,15 @@ export class HttpLimiter<Req, Res> {
   resetRequest(request: Req): Promise<void> {
     const resets: Promise<void>[] = [];
     for (let counted = (request as RequestRecord)[COUNTED]; counted !== undefined; counted = counted.next) {
-      if (counted.limiter === this.limiter) resets.push(this.limiter.reset(counted.identifier));
+      if (counted.limiter === this.limiter || counted.limiter === this.local?.limiter)
+        resets.push(counted.limiter.reset(counted.identifier));
     }
     return Promise.all(resets).then(() => undefined);
   }
 
   /** After the response: settles the request to what it cost (0 when it should not have counted). */
   private afterResponse(
+    limiter: LimiterCore,
     settleAfter: NonNullable<ResolvedHttpOptions<Req, Res>['settleAfter']>,
     identifier: string,
     decision: Decision,
@@ -301,7 +357,7 @@ export class HttpLimiter<Req, Res> {
           this.report(error, request);
           return;
         }
-        this.limiter.settle(identifier, decision, actualCost).then(undefined, (error: unknown) => this.storeFailed(error, request));
+        limiter.settle(identifier, decision, actualCost).then(undefined, (error: unknown) => this.storeFailed(error, request));
       },
       (error) => this.report(error, request),
     );
@@ -312,15 +368,17 @@ export class HttpLimiter<Req, Res> {
     proceed(error instanceof Error ? error : new Error(String(error)));
   }
 
+  /** A check the store failed: reported, then answered by `failMode` (`'local'`: by the caller, with the local limiter). */
   private fail(error: unknown, request: Req, response: Res, proceed: Proceed): void {
     this.storeFailed(error, request);
-    if (this.options.failClosed) this.port.unavailable(response);
-    else proceed();
+    const { failMode } = this.options;
+    if (failMode === 'closed') this.port.unavailable(response);
+    else if (failMode === 'open') proceed();
   }
 
   /** A store failure goes to `onError`; with none, it must not pass in silence. */
   private storeFailed(error: unknown, request: Req): void {
-    if (this.options.onError === undefined) warnStoreFailing(error, this.options.failClosed);
+    if (this.options.onError === undefined) warnStoreFailing(error, this.options.failMode);
     else this.report(error, request);
   }
 

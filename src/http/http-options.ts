@@ -92,17 +92,28 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
   /** The `[low, high]` band of `ratio` for `onNearLimit`. Default `[0.9, 1.1]`. */
   nearLimitBand?: readonly [number, number];
   /**
-   * Called when the store fails or times out (the request then passes with `failMode: 'open'`
-   * or gets 503 with `'closed'`), when one of the app's own functions above throws or rejects
-   * (the request then goes to the framework's error handling), or when a refund fails.
+   * Called when the store fails or times out, or the circuit breaker answers without it (the
+   * request is then handled by `failMode`), when one of the app's own functions above throws or
+   * rejects (the request then goes to the framework's error handling), or when a refund fails.
    */
   onError?: (error: unknown, request: Req) => void;
-  /** What to do when the store fails or times out: `'open'` lets the request through (default), `'closed'` answers 503. */
+  /**
+   * What to do with a request when the store fails or times out (or the circuit breaker answers
+   * without it):
+   *
+   * - `'open'` (default): let it through, unlimited; a check that timed out but reached Redis
+   *   stays counted (the request was served).
+   * - `'closed'`: answer 503; a check that timed out but was counted late is given back.
+   * - `'local'`: decide with a MemoryStore of this process under the same limits, with the usual
+   *   headers and 429s. With N processes, a client spread over all of them gets up to N times the
+   *   limit. Once the store answers again, it decides again, and the local counts are dropped, not
+   *   merged into it; a late count in the store is given back.
+   */
   failMode?: FailMode;
 }
 
 /** What to do with a request when the store fails or times out. */
-export type FailMode = 'open' | 'closed';
+export type FailMode = 'open' | 'closed' | 'local';
 
 export const DEFAULT_STATUS_CODE = 429;
 export const DEFAULT_NEAR_LIMIT_BAND: readonly [number, number] = [0.9, 1.1];
@@ -176,7 +187,7 @@ export interface ResolvedHttpOptions<Req, Res> {
   readonly onNearLimit: HttpOptions<Req, Res>['onNearLimit'];
   readonly nearLimitBand: readonly [number, number];
   readonly onError: HttpOptions<Req, Res>['onError'];
-  readonly failClosed: boolean;
+  readonly failMode: FailMode;
 }
 
 /** The limiter options among `options`, without request-dependent ones (the limiter's own tiers then take the defaults). */
@@ -246,8 +257,12 @@ export function resolveHttpOptions<Req, Res>(
     onNearLimit,
     nearLimitBand: band,
     onError: optionalFunction(options.onError, 'onError'),
-    failClosed: oneOf(options.failMode ?? DEFAULT_FAIL_MODE, ['open', 'closed'] as const, 'failMode') === 'closed',
+    failMode: resolveFailMode(options.failMode),
   };
+}
+
+export function resolveFailMode(failMode: unknown): FailMode {
+  return oneOf(failMode ?? DEFAULT_FAIL_MODE, ['open', 'closed', 'local'] as const, 'failMode');
 }
 
 /**

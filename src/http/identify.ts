@@ -42,10 +42,16 @@ export interface ByIpOptions {
    */
   ipv6Subnet?: number | false;
   /**
-   * Warn (`SWL_UNTRUSTED_FORWARDED`, once per process) when a request carries
-   * `X-Forwarded-For` or `Forwarded` while the framework's `ip` is the socket's own peer:
-   * behind a proxy without Express's `trust proxy` or Fastify's `trustProxy`, every client
-   * would share the proxy's quota. The header itself is never read. Default `true`.
+   * Warn, once per process each, about a proxy setting that defeats the limit:
+   *
+   * - `SWL_UNTRUSTED_FORWARDED`: a request carries `X-Forwarded-For` or `Forwarded` while the
+   *   framework's `ip` is the socket's own peer: behind a proxy without Express's `trust proxy`
+   *   or Fastify's `trustProxy`, every client would share the proxy's quota.
+   * - `SWL_TRUST_ALL_PROXIES`: Express's `trust proxy` is `true`, or a request's `ip` is the
+   *   leftmost of several `X-Forwarded-For` entries (Fastify's `trustProxy: true`): every hop is
+   *   trusted, so any client can choose its IP, and its quota, per request.
+   *
+   * The header never decides the identifier. Default `true`.
    */
   warnOnForwarded?: boolean;
 }
@@ -64,6 +70,42 @@ function warnIfForwardedUntrusted(request: RequestLike, ip: string): void {
   );
 }
 
+/** Whether the trust-all warning was emitted in this process. */
+let trustAllWarned = false;
+
+const TRUST_ALL_FIX =
+  "Set Express's 'trust proxy' or Fastify's 'trustProxy' to the number of proxies in front of the app (such as 1) or to their addresses.";
+
+/**
+ * Warns when the framework trusts every hop: Express's `trust proxy` setting is `true` (read
+ * once per app), or, whatever the framework, `ip` is the leftmost of several `X-Forwarded-For`
+ * entries, which only a setting that trusts every hop yields.
+ */
+function warnIfTrustingAll(request: RequestLike & { app?: { get?(name: string): unknown } }, ip: string, checked: { app?: object }): void {
+  const { app } = request;
+  if (app !== undefined && app !== checked.app) {
+    checked.app = app;
+    if (typeof app.get === 'function' && app.get('trust proxy') === true) {
+      trustAllWarned = true;
+      warn(
+        'SWL_TRUST_ALL_PROXIES',
+        `Express's 'trust proxy' is true: it trusts every hop, so any client can choose its IP with X-Forwarded-For and get a fresh rate limit per request. ${TRUST_ALL_FIX}`,
+      );
+      return;
+    }
+  }
+  const forwarded = request.headers['x-forwarded-for'];
+  if (typeof forwarded !== 'string' || !forwarded.includes(',')) return;
+  const entries = forwarded.split(',');
+  const first = entries[0].trim();
+  if (ip !== first || first === entries[entries.length - 1].trim()) return;
+  trustAllWarned = true;
+  warn(
+    'SWL_TRUST_ALL_PROXIES',
+    `A request's ip (${ip}) is the leftmost X-Forwarded-For entry: the app trusts every hop (Express 'trust proxy' or Fastify 'trustProxy' true), so any client can choose its IP and get a fresh rate limit per request. ${TRUST_ALL_FIX}`,
+  );
+}
+
 /**
  * Identifies a request by client IP: the framework's `request.ip`, which honours the
  * app's `trust proxy` (Express) or `trustProxy` (Fastify) setting and is never read from
@@ -74,10 +116,12 @@ function warnIfForwardedUntrusted(request: RequestLike, ip: string): void {
 export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
   checkOptions(options, BY_IP_OPTIONS, 'byIp');
   const { subnet, warnOnForwarded } = resolveByIpOptions(options);
+  const checked: { app?: object } = {};
   return function identifyByIp(request) {
     const ip = request.ip ?? request.socket?.remoteAddress;
     if (!ip) return undefined;
     if (warnOnForwarded && !forwardedWarned) warnIfForwardedUntrusted(request, ip);
+    if (warnOnForwarded && !trustAllWarned) warnIfTrustingAll(request, ip, checked);
     return `ip:${normalizeIp(ip, subnet)}`;
   };
 }

@@ -2,6 +2,7 @@
 import type { Limiter } from '../core/types';
 import { warn } from '../errors';
 import type { Store } from '../stores/types';
+import type { FailMode } from './http-options';
 
 /** Prefixes in use per store, with the limits counted under each. */
 const prefixesInUse = new WeakMap<Store, Map<string, string>>();
@@ -55,6 +56,12 @@ export function warnIfCountedTwice(newest: CountedBy): void {
   }
 }
 
+const FAILING: Record<FailMode, string> = {
+  open: "let through unlimited (failMode: 'open')",
+  closed: "refused with 503 (failMode: 'closed')",
+  local: "limited by this process alone (failMode: 'local')",
+};
+
 /** The last time a store failure was reported without an `onError` (epoch ms). */
 let storeFailingWarnedAt = -Infinity;
 const STORE_FAILING_EVERY_MS = 60_000;
@@ -63,13 +70,13 @@ const STORE_FAILING_EVERY_MS = 60_000;
  * Warns (`SWL_STORE_FAILING`) of a store failure that no `onError` hears: on the first, then at
  * most once a minute while failures continue, so a failing-open limiter is never silent.
  */
-export function warnStoreFailing(error: unknown, failClosed: boolean): void {
+export function warnStoreFailing(error: unknown, failMode: FailMode): void {
   const now = Date.now();
   if (now - storeFailingWarnedAt < STORE_FAILING_EVERY_MS) return;
   storeFailingWarnedAt = now;
   const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
   warn(
     'SWL_STORE_FAILING',
-    `The rate limit store failed (${message}); requests are ${failClosed ? "refused with 503 (failMode: 'closed')" : "let through unlimited (failMode: 'open')"} while it fails. Pass onError to handle store failures (this warning repeats at most once a minute).`,
+    `The rate limit store failed (${message}); requests are ${FAILING[failMode]} while it fails. Pass onError to handle store failures (this warning repeats at most once a minute).`,
   );
 }

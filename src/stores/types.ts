@@ -26,6 +26,8 @@ export interface Store {
   reset(key: string): Promise<void>;
   /** Whether the limiter must bound this store's calls with a timer. False for stores that answer synchronously. */
   readonly needsTimeout: boolean;
+  /** Whether keys live on several servers (a Redis Cluster): the limiter's circuit breaker is then off unless asked for. */
+  readonly sharded?: boolean;
 }
 
 /** A store that can also answer a check through a callback, as `RedisStore` does: the limiter's hot path then builds no promise. */

@@ -20,6 +20,7 @@ import { relative, resolve } from 'node:path';
 export const UNIT_FILES: readonly string[] = [
   'test/async.test.ts',
   'test/bench/accuracy.test.ts',
+  'test/core/breaker.test.ts',
   'test/core/deadlines.test.ts',
   'test/docs.test.ts',
   'test/express/async-handler.test.ts',
@@ -27,6 +28,7 @@ export const UNIT_FILES: readonly string[] = [
   'test/express/failure.test.ts',
   'test/hono/middleware.test.ts',
   'test/http/misconfiguration.test.ts',
+  'test/http/trust-all-proxies.test.ts',
   'test/nestjs/storage.test.ts',
   'test/stores/memory.test.ts',
   'test/stores/redis/batch.test.ts',

@@ -214,6 +214,8 @@ describe('identifiers over HTTP', () => {
       expect(await keysOf(middleware.limiter.prefix)).toEqual(
         [middleware.limiter.keyFor('ip:198.51.100.9'), middleware.limiter.keyFor('ip:203.0.113.7')].sort(),
       );
+      // 'trust proxy: true' trusts every hop: byIp() warns, once per process (trust-all-proxies.test.ts).
+      expect(warnings.codes()).toEqual(warnings.oncePerProcess('SWL_TRUST_ALL_PROXIES'));
     });
 
     test('trust proxy off: a spoofed X-Forwarded-For does not change the identifier', async () => {

@@ -179,6 +179,11 @@ describe('options', () => {
       headers: (decision: Decision, set: (name: string, value: string) => void) => set('X-Left', String(decision.remaining)),
     });
     expect(rateLimit).type.toBeCallableWith({ message: 'Too many requests' });
+    expect(rateLimit).type.toBeCallableWith({ failMode: 'local' });
+    expect(rateLimit).type.toBeCallableWith({ breaker: false });
+    expect(rateLimit).type.toBeCallableWith({ breaker: { failures: 3, openMs: 250, maxOpenMs: 2_000 } });
+    expect(rateLimit).type.not.toBeCallableWith({ breaker: true });
+    expect(rateLimit).type.not.toBeCallableWith({ breaker: { openMs: '1s' } });
   });
 
   test('wrong option types do not compile', () => {

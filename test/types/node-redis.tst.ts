@@ -1,5 +1,5 @@
 // Type tests of RedisStore over node-redis (the `redis` package), through the public entries only.
-import { createClient, createCluster, RESP_TYPES } from 'redis';
+import { createClient, createCluster, createSentinel, RESP_TYPES } from 'redis';
 import { describe, expect, test } from 'tstyche';
 import { RedisStore as ExpressRedisStore } from '../../src/express';
 import { RedisStore as FastifyRedisStore } from '../../src/fastify';
@@ -20,6 +20,8 @@ describe('RedisStore over node-redis', () => {
   test('takes a createClient() client and a createCluster() cluster', () => {
     expect(new RedisStore({ client })).type.toBe<RedisStore>();
     expect(new RedisStore({ client: cluster })).type.toBe<RedisStore>();
+    const sentinel = createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: 26379 }] });
+    expect(new RedisStore({ client: sentinel })).type.toBe<RedisStore>();
     expect(new RedisStore({ client })).type.toBeAssignableTo<Store>();
     expect(RedisStore).type.toBeConstructableWith({ client: createClient() });
     expect(RedisStore).type.toBeConstructableWith({ client: createCluster({ rootNodes: [] }) });

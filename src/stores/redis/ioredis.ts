@@ -7,6 +7,7 @@
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError, warn } from '../../errors';
 import { dryRunArgIndex } from '../../protocol';
+import { readMemoryPolicy } from './memory-policy';
 import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, scriptKindOf, shaOf } from './redis-client';
 
 /** The parts of an ioredis `Redis` or `Cluster` this package uses. */
@@ -47,10 +48,22 @@ function stateOf(client: IoredisClient): ClientState {
       created.everReady = true;
     });
     client.on('close', () => abandonUnansweredChecks(client));
+    // Each new connection may reach another node (a restart, a Sentinel failover).
+    client.on('ready', () => readMemoryPolicies(client));
+    if (client.status === 'ready') readMemoryPolicies(client);
     states.set(client, created);
     state = created;
   }
   return state;
+}
+
+/** Reads the memory policy of the node a standalone client is connected to, or of every master of a Cluster. */
+function readMemoryPolicies(client: IoredisClient): void {
+  const info = (node: unknown) => () => (node as { info(): Promise<string> }).info();
+  const nodes = (client as { nodes?: (role: string) => unknown[] }).nodes;
+  if (client.isCluster === true && typeof nodes === 'function') {
+    for (const node of nodes.call(client, 'master')) readMemoryPolicy(info(node));
+  } else readMemoryPolicy(info(client));
 }
 
 /**
@@ -86,19 +99,25 @@ function evaluate(
 }
 
 /*
- * The command queue. When a connection drops, ioredis keeps the commands that were sent but not
- * answered and, with `autoResendUnfulfilledCommands` (on by default), sends them again once it
- * has reconnected, however long that took: a check the limiter has already reported failed
- * (timed out, failed open) would be counted when Redis comes back. On `close`, while those
- * commands are still in the client's `commandQueue` (ioredis replaces the queue only when it
- * connects again), ours are failed now and turned into dry runs, so that a resent one counts
- * nothing.
+ * The command queues. When a connection drops, ioredis keeps two kinds of commands it will send
+ * once it has reconnected, however long that took:
  *
- * `commandQueue` is public in ioredis's typings but not documented. Verified on ioredis 6 (a
- * test pins the installed major version and this shape, and fails on an upgrade). Where the
- * shape differs, nothing is touched, one `SWL_IOREDIS_QUEUE_UNSUPPORTED` warning is emitted, and
- * the store keeps its documented behaviour: checks are never queued while the connection is
- * down, but a check in flight when it drops may be counted after a reconnect.
+ * - `commandQueue`: sent but not answered; resent with `autoResendUnfulfilledCommands` (on by
+ *   default). ioredis replaces this queue only when it connects again.
+ * - `offlineQueue` (with `enableOfflineQueue`, on by default): commands that found the socket
+ *   already ended while the client still said `ready` (a check batched in one event-loop turn
+ *   and written in the next, after Redis died). The store never hands ioredis a check while its
+ *   status is not `ready`, so only that instant adds to it.
+ *
+ * A check the limiter has already reported failed (timed out, failed open or closed) would be
+ * counted when Redis comes back. On `close`, while those commands are still in either queue,
+ * ours are failed now and turned into dry runs, so that a resent one counts nothing.
+ *
+ * Both queues are public in ioredis's typings but not documented. Verified on ioredis 6 (a test
+ * pins the installed major version and this shape, and fails on an upgrade). Where the shape
+ * differs, nothing is touched, one `SWL_IOREDIS_QUEUE_UNSUPPORTED` warning is emitted, and the
+ * store keeps its documented behaviour: checks are never queued while the connection is down,
+ * but a check in flight when it drops may be counted after a reconnect.
  */
 
 /** The parts of an ioredis command this module reads and writes. */
@@ -116,9 +135,12 @@ interface CommandQueue {
 
 let warnedQueueShape = false;
 
-/** The client's command queue when it has the shape this module knows; `undefined` for a Cluster (no queue) or another shape. */
-export function commandQueueOf(client: object): CommandQueue | undefined {
-  const queue = (client as { commandQueue?: unknown }).commandQueue;
+/**
+ * The client's `commandQueue` (or `offlineQueue`) when it has the shape this module knows;
+ * `undefined` for a Cluster (no such queue) or another shape.
+ */
+export function commandQueueOf(client: object, name: 'commandQueue' | 'offlineQueue' = 'commandQueue'): CommandQueue | undefined {
+  const queue = (client as Record<string, unknown>)[name];
   if (queue === undefined) return undefined;
   const candidate = queue as Partial<CommandQueue>;
   if (typeof candidate.length === 'number' && typeof candidate.peekAt === 'function') return queue as CommandQueue;
@@ -134,11 +156,15 @@ export function commandQueueOf(client: object): CommandQueue | undefined {
 
 /**
  * Fails every unanswered `EVAL`/`EVALSHA` of one of this package's scripts in the client's
- * queue, and turns it into a dry run in case ioredis resends it: the dry-run flag of a
- * single-key call, or a batch's dry-run override.
+ * queues (sent, or waiting offline), and turns it into a dry run in case ioredis sends it after
+ * reconnecting: the dry-run flag of a single-key call, or a batch's dry-run override.
  */
 export function abandonUnansweredChecks(client: object): void {
-  const queue = commandQueueOf(client);
+  abandonIn(commandQueueOf(client, 'commandQueue'));
+  abandonIn(commandQueueOf(client, 'offlineQueue'));
+}
+
+function abandonIn(queue: CommandQueue | undefined): void {
   if (queue === undefined) return;
   for (let i = 0; i < queue.length; i++) {
     const command = queue.peekAt(i)?.command;

@@ -8,6 +8,7 @@
 import { setMaxListeners } from 'node:events';
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError } from '../../errors';
+import { readMemoryPolicy } from './memory-policy';
 import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, shaOf, storeFailure } from './redis-client';
 
 /**
@@ -40,6 +41,16 @@ export interface NodeRedisCluster {
   readonly masters: readonly unknown[];
   sendCommand(firstKey: string, isReadonly: boolean | undefined, args: string[], options?: NodeRedisCommandOptions): Promise<unknown>;
   on(event: 'node-connect', listener: () => void): unknown;
+}
+
+/** The parts of a node-redis Sentinel client (`createSentinel()`, node-redis 5 or 6) this package uses. */
+export interface NodeRedisSentinel {
+  readonly isOpen: boolean;
+  readonly isReady: boolean;
+  sendCommand(isReadonly: boolean | undefined, args: string[], options?: NodeRedisCommandOptions): Promise<unknown>;
+  /** Not called: its presence tells a Sentinel client from a plain one. */
+  getMasterNode(): unknown;
+  on(event: 'ready', listener: () => void): unknown;
 }
 
 type Send = (key: string, args: string[], options: NodeRedisCommandOptions) => Promise<unknown>;
@@ -81,17 +92,19 @@ export function isNodeRedisClient(client: unknown): client is NodeRedisClient {
   return c !== undefined && typeof c.sendCommand === 'function' && typeof c.on === 'function' && typeof c.isReady === 'boolean';
 }
 
+/** A node-redis Sentinel client: `sendCommand(isReadonly, args)` and `getMasterNode()`. */
+export function isNodeRedisSentinel(client: unknown): client is NodeRedisSentinel {
+  const c = candidate(client);
+  return c !== undefined && typeof c.getMasterNode === 'function' && typeof c.sendCommand === 'function' && typeof c.isReady === 'boolean';
+}
+
 /**
  * Why `client` cannot back a store, or `undefined`. node-redis 4 and older (and their legacy
  * mode) lack the `abortSignal` command option (`withAbortSignal` came with node-redis 5) that
- * keeps a failed check from being counted after a reconnection. A Sentinel client's
- * `sendCommand` takes other arguments, and its reconnections were not studied.
+ * keeps a failed check from being counted after a reconnection.
  */
-export function unsupportedNodeRedis(client: NodeRedisClient | NodeRedisCluster): string | undefined {
-  if (isNodeRedisCluster(client)) return undefined;
-  if (typeof (client as { getMasterNode?: unknown }).getMasterNode === 'function') {
-    return 'a node-redis Sentinel client (createSentinel) is not supported: use createClient() or createCluster()';
-  }
+export function unsupportedNodeRedis(client: NodeRedisClient | NodeRedisCluster | NodeRedisSentinel): string | undefined {
+  if (isNodeRedisCluster(client) || isNodeRedisSentinel(client)) return undefined;
   return typeof client.withAbortSignal === 'function'
     ? undefined
     : 'a node-redis client older than version 5 (no withAbortSignal): use node-redis 5 or 6';
@@ -106,8 +119,93 @@ function stateOf(client: NodeRedisClient | NodeRedisCluster, cluster: boolean): 
     if (epoch !== undefined) watchConnections(client as { on(event: string, listener: () => void): unknown }, cluster, epoch);
     state = { plain, epoch };
     states.set(client, state);
+    watchMemoryPolicies(client, cluster, plain);
   }
   return state;
+}
+
+/**
+ * Reads the memory policy of the node a client reaches at each new connection (now, if it is
+ * ready), or of every master of a cluster (now).
+ */
+function watchMemoryPolicies(client: NodeRedisClient | NodeRedisCluster, cluster: boolean, options: NodeRedisCommandOptions): void {
+  if (cluster) {
+    const { masters } = client as NodeRedisCluster;
+    const nodeClient = (client as { nodeClient?: (node: unknown) => unknown }).nodeClient;
+    if (typeof nodeClient !== 'function') return;
+    for (const master of masters) {
+      readMemoryPolicy(() =>
+        Promise.resolve(nodeClient.call(client, master)).then((node) => (node as NodeRedisClient).sendCommand(['INFO'], options)),
+      );
+    }
+    return;
+  }
+  const standalone = client as NodeRedisClient;
+  const read = () => readMemoryPolicy(() => standalone.sendCommand(['INFO'], options));
+  (standalone as { on(event: string, listener: () => void): unknown }).on('ready', read);
+  if (standalone.isReady) read();
+}
+
+/**
+ * How often a Sentinel client's epoch ends on its own (see {@link nodeRedisSentinelAdapter}): a
+ * check not written to Redis within this long, at most twice this long, is failed, never sent later.
+ */
+export const SENTINEL_EPOCH_MS = 100;
+
+const sentinelStates = new WeakMap<object, ConnectionEpoch<NodeRedisCommandOptions>>();
+
+/**
+ * A node-redis Sentinel client (`createSentinel()`). Its `sendCommand` runs a command on a
+ * master client leased from its pool and, when that client is not ready (its master died), waits
+ * for Sentinel to report the topology again and sends the command then, however long a failover
+ * takes: a check the limiter has long reported failed would be counted on the new master. The
+ * Sentinel client does not tell its users when a master connection drops (its `client-error`
+ * event stays internal), so epochs end by time as well: every {@link SENTINEL_EPOCH_MS}, and
+ * whenever it reports a reconfiguration (`reconnecting`, `topology-change`). A command already
+ * written to a master is not touched (node-redis removes its abort listener); one it would write
+ * again after a dropped connection carries its old, aborted signal, and is refused.
+ */
+export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClientAdapter {
+  let epoch = sentinelStates.get(sentinel);
+  if (epoch === undefined) {
+    const created = new ConnectionEpoch<NodeRedisCommandOptions>(STANDALONE);
+    const on = sentinel as unknown as { on(event: string, listener: () => void): unknown };
+    on.on('reconnecting', () => created.renew());
+    on.on('topology-change', () => {
+      created.renew();
+      readMemoryPolicy(() => sentinel.sendCommand(false, ['INFO'], STANDALONE));
+    });
+    on.on('ready', () => readMemoryPolicy(() => sentinel.sendCommand(false, ['INFO'], STANDALONE)));
+    if (sentinel.isReady) readMemoryPolicy(() => sentinel.sendCommand(false, ['INFO'], STANDALONE));
+    setInterval(() => created.renew(), SENTINEL_EPOCH_MS).unref();
+    sentinelStates.set(sentinel, created);
+    epoch = created;
+  }
+  const current = epoch;
+  const evaluate = (lua: string, kind: ScriptKind, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> => {
+    const args = ['EVALSHA', shaOf(lua, kind), String(keys.length), ...keys];
+    for (const arg of argv) args.push(String(arg));
+    const options = current.options;
+    return sentinel.sendCommand(false, args, options).then(undefined, (error: unknown) => {
+      if (isNoScript(error)) {
+        const again = current.options;
+        return sentinel.sendCommand(false, ['EVAL', lua, ...args.slice(2)], again).then(undefined, (retryError: unknown) => {
+          throw failure(retryError, again);
+        });
+      }
+      throw failure(error, options);
+    });
+  };
+  return {
+    unavailable: () => {
+      if (sentinel.isReady) return undefined;
+      return sentinel.isOpen ? 'Redis Sentinel client is not ready' : 'Redis Sentinel client is closed';
+    },
+    run: (lua, keys, argv) => evaluate(lua, 'single', keys, argv),
+    runBatch: (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
+    cluster: false,
+    del: (key) => sentinel.sendCommand(false, ['DEL', key], STANDALONE).then(undefined, rethrowStoreFailure),
+  };
 }
 
 /**

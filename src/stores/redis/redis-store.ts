@@ -9,15 +9,18 @@ import { type IoredisClient, ioredisAdapter, isIoredisClient } from './ioredis';
 import {
   isNodeRedisClient,
   isNodeRedisCluster,
+  isNodeRedisSentinel,
   type NodeRedisClient,
   type NodeRedisCluster,
+  type NodeRedisSentinel,
   nodeRedisAdapter,
+  nodeRedisSentinelAdapter,
   unsupportedNodeRedis,
 } from './node-redis';
-import type { RedisClientAdapter } from './redis-client';
+import { type RedisClientAdapter, storeFailure } from './redis-client';
 
 /** A Redis client a {@link RedisStore} runs on: ioredis (or an API-compatible fork) or node-redis. */
-export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster;
+export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster | NodeRedisSentinel;
 
 /** Options of {@link RedisStore}. */
 export interface RedisStoreOptions {
@@ -48,13 +51,15 @@ const OPTIONS = keysOf<RedisStoreOptions>({ client: true });
 export class RedisStore implements CallbackStore {
   readonly client: RedisStoreClient;
   readonly needsTimeout = true;
+  /** True on a Cluster, whose keys live on several nodes. */
+  readonly sharded: boolean;
   private readonly redis: RedisClientAdapter;
   /** Gathers the checks of one event-loop turn into few calls: one per slot on a Cluster. */
   private readonly batcher: CheckBatcher;
   private readonly checkArgv = new RepeatedCheckArgv();
 
   constructor(options: RedisStoreOptions) {
-    if (isIoredisClient(options) || isNodeRedisClient(options) || isNodeRedisCluster(options)) {
+    if (isIoredisClient(options) || isNodeRedisClient(options) || isNodeRedisCluster(options) || isNodeRedisSentinel(options)) {
       throw new OptionError(
         'SWL_INVALID_OPTIONS',
         'options: RedisStore takes an options object: pass { client }, as in new RedisStore({ client })',
@@ -65,10 +70,13 @@ export class RedisStore implements CallbackStore {
     this.client = client;
     const redis = adapterFor(client);
     this.redis = redis;
+    this.sharded = redis.cluster;
+    // A batch goes out a turn after its checks started: the connection may have dropped since,
+    // and a client would then queue the batch, to count it after a reconnection. Ask again.
     this.batcher = new CheckBatcher(
       {
-        one: (script, key, argv) => redis.run(script.lua, [key], argv),
-        many: (script, keys, argv) => redis.runBatch(script, keys, argv),
+        one: (script, key, argv) => whenAvailable(redis, () => redis.run(script.lua, [key], argv)),
+        many: (script, keys, argv) => whenAvailable(redis, () => redis.runBatch(script, keys, argv)),
       },
       redis.cluster,
     );
@@ -100,9 +108,7 @@ export class RedisStore implements CallbackStore {
 
   private run(lua: string, keys: readonly string[], call: ScriptCall): Promise<RawReply> {
     const argv = scriptArgv(call);
-    const unavailable = this.redis.unavailable();
-    if (unavailable !== undefined) return Promise.reject(new StoreUnavailableError(unavailable));
-    return this.redis.run(lua, keys, argv) as Promise<RawReply>;
+    return whenAvailable(this.redis, () => this.redis.run(lua, keys, argv)) as Promise<RawReply>;
   }
 
   reset(key: string): Promise<void> {
@@ -110,8 +116,24 @@ export class RedisStore implements CallbackStore {
   }
 }
 
+/**
+ * Sends a command only while the client would send it to Redis at once; fails with a
+ * {@link StoreUnavailableError} otherwise, and turns anything the client throws instead of
+ * rejecting into a coded rejection.
+ */
+function whenAvailable(redis: RedisClientAdapter, send: () => Promise<unknown>): Promise<unknown> {
+  const unavailable = redis.unavailable();
+  if (unavailable !== undefined) return Promise.reject(new StoreUnavailableError(unavailable));
+  try {
+    return send();
+  } catch (error) {
+    return Promise.reject(storeFailure(error));
+  }
+}
+
 function adapterFor(client: unknown): RedisClientAdapter {
   if (isIoredisClient(client)) return ioredisAdapter(client);
+  if (isNodeRedisSentinel(client)) return nodeRedisSentinelAdapter(client);
   if (isNodeRedisCluster(client) || isNodeRedisClient(client)) {
     const unsupported = unsupportedNodeRedis(client);
     if (unsupported !== undefined) throw new OptionError('SWL_INVALID_STORE', `client: ${unsupported}`);

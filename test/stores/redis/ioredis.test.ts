@@ -74,3 +74,22 @@ test('an unknown queue shape is left alone, with one SWL_IOREDIS_QUEUE_UNSUPPORT
     warn.mockRestore();
   }
 });
+
+test('abandoning reaches the offline queue too: a check written onto an ended socket is failed and made a dry run', async () => {
+  // Not connected yet: ioredis puts every command in its offline queue, as it does for one
+  // written in the instant between the socket ending and its `close` event.
+  const offline = redisClient({ lazyConnect: true });
+  try {
+    const lua = "return redis.call('GET', KEYS[1])";
+    shaOf(lua, 'single');
+    const ours = offline.eval(lua, 1, `offline-ours-${process.pid}`, '', 1, '0');
+    const queue = commandQueueOf(offline, 'offlineQueue');
+    expect(queue?.length).toBe(1);
+    const queued = queue!.peekAt(0)?.command;
+    abandonUnansweredChecks(offline);
+    await expect(ours).rejects.toMatchObject({ code: 'SWL_STORE_UNAVAILABLE' });
+    expect(queued?.args[5]).toBe('1');
+  } finally {
+    offline.disconnect();
+  }
+});

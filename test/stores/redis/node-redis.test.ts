@@ -50,10 +50,10 @@ test('a client older than node-redis 5 (no withAbortSignal) is refused with SWL_
   expect(() => new RedisStore({ client: legacy as never })).toThrow(/node-redis 5 or 6/);
 });
 
-test('a Sentinel client (createSentinel) is refused with SWL_INVALID_STORE', () => {
-  const sentinel = createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: 26379 }] });
-  expect(() => new RedisStore({ client: sentinel as never })).toThrow(expect.objectContaining({ code: 'SWL_INVALID_STORE' }));
-  expect(() => new RedisStore({ client: sentinel as never })).toThrow(/Sentinel/);
+test('a Sentinel client (createSentinel) is taken; not connected yet, its checks fail at once with SWL_STORE_UNAVAILABLE', async () => {
+  const sentinel = createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: 1 }] });
+  const limiter = createLimiter({ store: new RedisStore({ client: sentinel }) });
+  await expect(limiter.check('a')).rejects.toMatchObject({ code: 'SWL_STORE_UNAVAILABLE' });
 });
 
 test('the store keeps the client it was given', () => {

@@ -1,0 +1,136 @@
+/**
+ * Redis answering with an error, on servers the test starts: a read-only replica (READONLY), memory
+ * full under `noeviction` (OOM), and a restart reading its data (LOADING, slowed with the
+ * `key-load-delay` debug setting). With both libraries, on the limiter and behind Express.
+ *
+ * Proves: each reaches the caller as a `StoreError` with the stable code `SWL_STORE_ERROR`, Redis's
+ * first word in `reply` and the client's error as `cause`; an HTTP limiter hands that to `onError`
+ * and answers by `failMode`.
+ */
+import { createLimiter, type Limiter, RedisStore, StoreError } from '../../src';
+import { closeAgent, get, startApp } from '../helpers/http-load';
+import {
+  type ClientConfig,
+  disconnect,
+  faultClient,
+  quietClient,
+  RECOMMENDED_CONFIGS,
+  type RedisProcess,
+  sleep,
+  startFaultRedis,
+  waitReady,
+} from '../helpers/redis-faults';
+
+const servers: RedisProcess[] = [];
+afterAll(closeAgent);
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((server) => server.stop()));
+});
+
+async function server(extraArgs: string[] = []): Promise<RedisProcess> {
+  const started = await startFaultRedis(extraArgs);
+  servers.push(started);
+  return started;
+}
+
+function limiterOn(client: ReturnType<typeof faultClient>): Limiter {
+  return createLimiter({ store: new RedisStore({ client }), limit: 10, window: '1m', timeoutMs: 1_000, denyCacheSize: 0 });
+}
+
+async function refusal(check: Promise<unknown>): Promise<StoreError> {
+  const error = await check.then(
+    () => undefined,
+    (failure: unknown) => failure,
+  );
+  expect(error).toBeInstanceOf(StoreError);
+  return error as StoreError;
+}
+
+describe.each(RECOMMENDED_CONFIGS)('%s', (_name, config: ClientConfig) => {
+  test('READONLY: a client pointed at a replica gets SWL_STORE_ERROR, reply READONLY, cause kept', async () => {
+    const primary = await server();
+    const replica = await server();
+    const admin = quietClient(replica.url);
+    const client = faultClient(replica.url, config);
+    try {
+      await admin.call('REPLICAOF', '127.0.0.1', String(primary.port));
+      await waitReady(client);
+      const error = await refusal(limiterOn(client).check('user'));
+      expect(error).toMatchObject({ code: 'SWL_STORE_ERROR', reply: 'READONLY', name: 'StoreError' });
+      expect((error.cause as Error).message).toMatch(/^READONLY/);
+
+      // Behind Express: onError hears the code, failMode: 'closed' answers 503.
+      const heard: unknown[] = [];
+      const app = await startApp('express', {
+        store: new RedisStore({ client }),
+        limit: 10,
+        failMode: 'closed',
+        onError: (failure) => heard.push(failure),
+      });
+      try {
+        expect((await get(app.port)).status).toBe(503);
+        expect(heard).toMatchObject([{ code: 'SWL_STORE_ERROR', reply: 'READONLY' }]);
+      } finally {
+        await app.close();
+      }
+    } finally {
+      disconnect(client);
+      admin.disconnect();
+    }
+  });
+
+  test('OOM: memory full under noeviction gets SWL_STORE_ERROR, reply OOM', async () => {
+    const redis = await server(['--maxmemory-policy', 'noeviction']);
+    const admin = quietClient(redis.url);
+    const client = faultClient(redis.url, config);
+    try {
+      await waitReady(client);
+      // Any use is now above the bound: every write is refused.
+      await admin.config('SET', 'maxmemory', '1');
+      const error = await refusal(limiterOn(client).check('user'));
+      expect(error).toMatchObject({ code: 'SWL_STORE_ERROR', reply: 'OOM' });
+      expect((error.cause as Error).message).toMatch(/^OOM/);
+      await admin.config('SET', 'maxmemory', '0');
+      expect((await limiterOn(client).check('user')).allowed).toBe(true);
+    } finally {
+      disconnect(client);
+      admin.disconnect();
+    }
+  });
+
+  test('LOADING: a restart still reading its data gets SWL_STORE_ERROR, reply LOADING', async () => {
+    // 20,000 keys at 100 µs each: about 2 s of loading, served between chunks of 1 KB.
+    const redis = await server(['--key-load-delay', '100', '--loading-process-events-interval-bytes', '1024']);
+    const admin = quietClient(redis.url, { maxRetriesPerRequest: 0, retryStrategy: () => null });
+    // ioredis waits for the end of loading before it says ready (its ready check): without
+    // that check it sends commands as node-redis does.
+    const client = faultClient(
+      redis.url,
+      config.library === 'ioredis' ? { ...config, options: { ...config.options, enableReadyCheck: false } } : config,
+    );
+    try {
+      await waitReady(client);
+      await admin.call('DEBUG', 'POPULATE', '20000');
+      await admin.call('SAVE');
+      admin.disconnect();
+      await redis.kill();
+      await redis.restart();
+      const limiter = limiterOn(client);
+      let error: unknown;
+      const deadline = Date.now() + 2_000;
+      while (Date.now() < deadline) {
+        error = await limiter.check('user').then(
+          () => undefined,
+          (failure: unknown) => failure,
+        );
+        if (error instanceof StoreError) break;
+        await sleep(20);
+      }
+      expect(error).toMatchObject({ code: 'SWL_STORE_ERROR', reply: 'LOADING' });
+      expect(((error as StoreError).cause as Error).message).toMatch(/^LOADING/);
+    } finally {
+      disconnect(client);
+      admin.disconnect();
+    }
+  });
+});
