@@ -179,9 +179,12 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
       const allowedTurns = answers.filter((answer) => answer[0] === 'allowed').length;
       // The turn while the slot's keys were split: retried by the client until it gave up, and
       // reported with its code; never counted in part.
-      expect(answers.map((answer) => answer[0]).filter((answer) => answer !== 'allowed')).toEqual(
-        answers.length === allowedTurns ? [] : ['SWL_STORE_ERROR TRYAGAIN'],
-      );
+      // (ioredis gives up after following redirections, and names the last reply: TRYAGAIN, or MOVED
+      // when it went on to ask another node.)
+      const refused = answers.map((answer) => answer[0]).filter((answer) => answer !== 'allowed');
+      expect(refused.length).toBe(answers.length - allowedTurns);
+      for (const answer of refused) expect(answer).toMatch(/^SWL_STORE_ERROR (TRYAGAIN|MOVED|ASK)$/);
+      expect(refused.length).toBeLessThanOrEqual(1);
       expect(allowedTurns).toBeGreaterThanOrEqual(4);
       // Exactly what was allowed is counted, on the target master.
       for (const id of ids) expect((await limiter.peek(id, { cost: 0 })).estimated).toBe(allowedTurns);
