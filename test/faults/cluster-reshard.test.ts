@@ -204,8 +204,11 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
       const limiter = createLimiter(common);
       const identify = (request: { headers: Record<string, string | string[] | undefined> }) =>
         request.headers['x-id'] as string | undefined;
-      const open = await startApp('express', { ...common, identify, failMode: 'open' });
-      const closed = await startApp('fastify', { ...common, identify, failMode: 'closed' });
+      // What the apps' onError hears of the dead master: coded failures only.
+      const failures: unknown[] = [];
+      const onError = (error: unknown) => failures.push(error);
+      const open = await startApp('express', { ...common, identify, failMode: 'open', onError });
+      const closed = await startApp('fastify', { ...common, identify, failMode: 'closed', onError });
       apps.push(open, closed);
 
       const victim = cluster.nodes[2];
@@ -259,6 +262,8 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
         expect(await get(closed.port, { 'x-id': id })).toMatchObject({ status: 429, limited: true });
       }
       expect(rejections.reasons).toEqual([]);
+      expect(failures.length).toBeGreaterThan(0);
+      for (const failure of failures) expect((failure as { code?: string }).code).toMatch(/^SWL_(TIMEOUT|STORE_UNAVAILABLE|STORE_ERROR)$/);
       figures.push(
         `  ${clientName}, master killed: ${surviving.length} surviving identifiers exact, checks ${Math.max(...survivorTimes).toFixed(0)} ms at most; ` +
           `dead master's identifiers failed after ${Math.min(...doomedTimes).toFixed(0)}-${Math.max(...doomedTimes).toFixed(0)} ms`,
