@@ -111,9 +111,11 @@ async function main(): Promise<void> {
       const port = sinkPort<typeof request>();
       const allow = new HttpLimiter({ store, limit: 1e9, window: '1m', prefix: `${run}-allow`, identify }, port);
       const deny = new HttpLimiter({ store, limit: 1, window: '1m', prefix: `${run}-deny`, identify }, port);
-      const request = { headers: { 'x-id': 'user:1' } };
+      const requestHeaders = { 'x-id': 'user:1' };
+      const request = { headers: requestHeaders };
+      // A request object per operation, as HTTP gives: the limiter records what it counted on it.
       const http = (limiter: typeof allow) => (): Promise<void> =>
-        new Promise<void>((resolve) => limiter.handle(request, headers, () => resolve()));
+        new Promise<void>((resolve) => limiter.handle({ headers: requestHeaders }, headers, () => resolve()));
       const check = { now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers: limiter.tiers };
       // Two checks: the second is denied and cached.
       await http(deny)();
