@@ -24,6 +24,26 @@ import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 /** Per tier: [windowIndex, current, previous], flattened; with a block. */
 export type SlidingWindowState = Stored<number[]>;
 
+const LUA_COUNTS = `
+-- A tier's counts at window index: 'current' and 'previous', from what the key saved (a later or
+-- older saved index counts as nothing).
+local function countsAt(saved, i, index)
+  local savedIndex = saved[3 * i - 2]
+  if savedIndex == index then return saved[3 * i - 1], saved[3 * i] end
+  if savedIndex == index - 1 then return 0, saved[3 * i - 1] end
+  return 0, 0
+end
+`;
+
+/** The twin of `countsAt` (tiers counted from 0, as the state array is). */
+function countsAt(state: readonly number[] | undefined, i: number, index: number): [number, number] {
+  if (state === undefined) return [0, 0];
+  const savedIndex = state[3 * i];
+  if (savedIndex === index) return [state[3 * i + 1], state[3 * i + 2]];
+  if (savedIndex === index - 1) return [0, state[3 * i + 1]];
+  return [0, 0];
+}
+
 const LUA_WAIT = `
 local function waitFor(current, previous, elapsed, limit, window, cost)
   if (current + cost) * window + previous * (window - elapsed) <= limit * window then return 0 end
@@ -64,7 +84,7 @@ export function waitFor(current: number, previous: number, elapsed: number, limi
 }
 
 const CHECK = checkLua(
-  LUA_WAIT,
+  LUA_COUNTS + LUA_WAIT,
   `
   -- Stored at the key, a string: per tier 'index:current:previous' in base 36, tiers separated by
   -- spaces, index = floor(now / window), after an optional block marker '!<until>'; expires after
@@ -78,13 +98,7 @@ const CHECK = checkLua(
   for i = 1, tiers do
     local window = windows[i]
     local index = math.floor(now / window)
-    local c, p = 0, 0
-    local savedIndex = saved[3 * i - 2]
-    if savedIndex == index then
-      c, p = saved[3 * i - 1], saved[3 * i]
-    elseif savedIndex == index - 1 then
-      p = saved[3 * i - 1]
-    end
+    local c, p = countsAt(saved, i, index)
     current[i], previous[i], elapsed[i] = c, p, now - index * window
     if (c + cost) * window + p * (window - elapsed[i]) > limits[i] * window then allowed = 0 end
   end
@@ -120,17 +134,7 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
   for (let i = 0; i < count; i++) {
     const { limit, window } = tiers[i];
     const index = Math.floor(now / window);
-    let c = 0;
-    let p = 0;
-    if (state !== undefined) {
-      const savedIndex = state[3 * i];
-      if (savedIndex === index) {
-        c = state[3 * i + 1];
-        p = state[3 * i + 2];
-      } else if (savedIndex === index - 1) {
-        p = state[3 * i + 1];
-      }
-    }
+    const [c, p] = countsAt(state, i, index);
     current[i] = c;
     previous[i] = p;
     elapsed[i] = now - index * window;
@@ -160,7 +164,7 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
 }
 
 const SETTLE = settleLua(
-  '',
+  LUA_COUNTS,
   `
 -- Settles a check that counted cost units at countedAt to actualCost. Less: gives the difference
 -- back from 'current' while the tier's window has not rolled since, from 'previous' after it rolled
@@ -196,13 +200,7 @@ elseif actualCost > cost then
     local parts = {}
     for i = 1, tiers do
       local index = math.floor(now / windows[i])
-      local c, p = 0, 0
-      local savedIndex = saved[3 * i - 2]
-      if savedIndex == index then
-        c, p = saved[3 * i - 1], saved[3 * i]
-      elseif savedIndex == index - 1 then
-        p = saved[3 * i - 1]
-      end
+      local c, p = countsAt(saved, i, index)
       parts[i] = base36(index) .. ':' .. base36(c + charged) .. ':' .. base36(p)
     end
     local ttl = redis.call('PTTL', key)
@@ -234,14 +232,7 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
   const next = new Array<number>(3 * tiers.length);
   for (let i = 0; i < tiers.length; i++) {
     const index = Math.floor(now / tiers[i].window);
-    let c = 0;
-    let p = 0;
-    if (state !== undefined && state[3 * i] === index) {
-      c = state[3 * i + 1];
-      p = state[3 * i + 2];
-    } else if (state !== undefined && state[3 * i] === index - 1) {
-      p = state[3 * i + 1];
-    }
+    const [c, p] = countsAt(state, i, index);
     next[3 * i] = index;
     next[3 * i + 1] = c + charged;
     next[3 * i + 2] = p;
