@@ -190,7 +190,7 @@ export class HttpLimiter<Req, Res> {
     const answer = (error: unknown, decision?: Decision): void => {
       if (decision === undefined) {
         this.fail(error, request, response, proceed);
-        if (this.options.failMode === 'local') this.decideLocally(identifier, cost, tiers, concurrency, request, response, proceed);
+        if (this.options.failMode === 'local') this.decideLocally({ identifier, cost, tiers, concurrency }, request, response, proceed);
         return;
       }
       // The store answers again: the local counts are dropped, not merged.
@@ -202,15 +202,7 @@ export class HttpLimiter<Req, Res> {
   }
 
   /** `failMode: 'local'`: decides with this process's own limiter, as the store would with only this process's requests. */
-  private decideLocally(
-    identifier: string,
-    cost: number,
-    tiers: readonly Tier[] | undefined,
-    concurrency: number | undefined,
-    request: Req,
-    response: Res,
-    proceed: Proceed,
-  ): void {
+  private decideLocally({ identifier, cost, tiers, concurrency }: Check, request: Req, response: Res, proceed: Proceed): void {
     if (this.local === undefined) {
       const store = new MemoryStore();
       this.local = { store, limiter: limiterFromResolved({ ...this.limiterOptions, store, breaker: undefined, refundLateCounts: false }) };

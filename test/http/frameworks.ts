@@ -153,21 +153,7 @@ function expressFramework(name: string, express: typeof express5): Framework {
       });
       const server = http.createServer(app);
       await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-      const port = (server.address() as AddressInfo).port;
-      const started: App = {
-        port,
-        send: (headers = {}, how = {}) => send(port, how.method ?? route.method ?? 'GET', how.path ?? route.path ?? '/', headers),
-        hits: () => hits,
-        errors,
-        peek: (identifier, checkOptions) => middleware.limiter.peek(identifier, checkOptions),
-        close: () =>
-          new Promise<void>((resolve) => {
-            server.close(() => resolve());
-            server.closeAllConnections();
-          }),
-      };
-      open.add(started);
-      return started;
+      return serving(server, route, () => hits, errors, middleware.limiter);
     },
   };
 }
@@ -298,23 +284,28 @@ function honoFramework(name: string): Framework {
       const server = await new Promise<ReturnType<typeof serve>>((resolve) => {
         const started = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(started));
       });
-      const port = (server.address() as AddressInfo).port;
-      const started: App = {
-        port,
-        send: (headers = {}, how = {}) => send(port, how.method ?? route.method ?? 'GET', how.path ?? route.path ?? '/', headers),
-        hits: () => hits,
-        errors,
-        peek: (identifier, checkOptions) => middleware.limiter.peek(identifier, checkOptions),
-        close: () =>
-          new Promise<void>((resolve) => {
-            server.close(() => resolve());
-            (server as http.Server).closeAllConnections();
-          }),
-      };
-      open.add(started);
-      return started;
+      return serving(server as http.Server, route, () => hits, errors, middleware.limiter);
     },
   };
+}
+
+/** The App of a Node HTTP server listening on loopback, closed with every test's apps. */
+function serving(server: http.Server, route: Route, hits: () => number, errors: unknown[], limiter: Pick<Limiter, 'peek'>): App {
+  const port = (server.address() as AddressInfo).port;
+  const started: App = {
+    port,
+    send: (headers = {}, how = {}) => send(port, how.method ?? route.method ?? 'GET', how.path ?? route.path ?? '/', headers),
+    hits,
+    errors,
+    peek: (identifier, checkOptions) => limiter.peek(identifier, checkOptions),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+  open.add(started);
+  return started;
 }
 
 function send(port: number, method: 'GET' | 'POST', path: string, headers: Record<string, string>): Promise<request.Response> {
