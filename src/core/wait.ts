@@ -82,14 +82,26 @@ export class Waiters {
             }
           }
         }
-        if (this.isFirst(identifier, waiter)) {
-          waiter.timer = setTimeout(() => this.attempt(identifier, waiter), Math.min(decision.retryAfterMs, LONGEST_TIMER_MS));
-        }
+        if (this.isFirst(identifier, waiter)) this.sleepUntil(identifier, waiter, wakeAt);
       },
       (error: unknown) => {
         if (this.isFirst(identifier, waiter)) this.settle(identifier, waiter, () => waiter.reject(error));
       },
     );
+  }
+
+  /**
+   * Checks again at `wakeAt` (epoch ms). Node's timers run on a monotonic clock and may fire a
+   * millisecond before `Date.now()` reaches the moment: then it sleeps the rest, rather than spend
+   * a store check on a denial that is known already.
+   */
+  private sleepUntil(identifier: string, waiter: Waiter, wakeAt: number): void {
+    const left = wakeAt - Date.now();
+    if (left <= 0) {
+      this.attempt(identifier, waiter);
+      return;
+    }
+    waiter.timer = setTimeout(() => this.sleepUntil(identifier, waiter, wakeAt), Math.min(left, LONGEST_TIMER_MS));
   }
 
   private isFirst(identifier: string, waiter: Waiter): boolean {
