@@ -235,40 +235,87 @@ export const LUA_ARGS = 'local now, cost, dryRun, blockFor, countedAt, actualCos
  */
 export const BATCH_SLOT = { dryRunOverride: 1, firstKeyArgs: 2 } as const;
 
-/** The Lua loop of a batch script, over a `check(key, argv)` defined before it. */
-export const LUA_BATCH = `local replies, formats = {}, {}
-local shared = #ARGV == ${BATCH_SLOT.firstKeyArgs}
+/**
+ * A node batch checks keys of several Cluster slots that one node serves, in one script run: the
+ * keys cannot be declared (a call's declared keys must share a slot), so they travel in ARGV after
+ * their count, and the script carries the `allow-cross-slot-keys` flag (Redis 7). Then, as in a
+ * batch, per key its arguments or those arguments once. Each check runs protected: one whose key
+ * the node does not serve (a stale slot map, a slot being migrated) touches nothing and answers
+ * {@link FAILED_CHECK} and Redis's error, for the client to send it alone, redirections and all.
+ */
+export const NODE_BATCH_SLOT = { dryRunOverride: 1, keyCount: 2, firstKey: 3 } as const;
+
+/** Starts the answer of a node batch's check that failed, before Redis's error message. */
+export const FAILED_CHECK = '!';
+
+/**
+ * The loop of a batch script, over a `check(key, argv)` defined before it: `count` keys, key `k`
+ * at `keyAt`, and the per-key arguments from ARGV slot `argsBase + 1`.
+ */
+function batchLoop(count: string, keyAt: string, argsBase: string, protectEach: boolean): string {
+  const run = protectEach
+    ? `  local ok, reply = pcall(check, ${keyAt}, argv)
+  if not ok then
+    replies[k] = '${FAILED_CHECK}' .. (type(reply) == 'table' and tostring(reply.err) or tostring(reply))
+  else`
+    : `  local reply = check(${keyAt}, argv)
+  do`;
+  return `local replies, formats = {}, {}
+local count = ${count}
+local argsBase = ${argsBase}
+local shared = #ARGV == argsBase + 1
 local argv
-for k = 1, #KEYS do
+for k = 1, count do
   if k == 1 or not shared then
     argv = {}
-    for field in string.gmatch(ARGV[${BATCH_SLOT.firstKeyArgs - 1} + k] .. ',', '([^,]*),') do argv[#argv + 1] = field end
+    for field in string.gmatch(ARGV[argsBase + k] .. ',', '([^,]*),') do argv[#argv + 1] = field end
     if ARGV[${BATCH_SLOT.dryRunOverride}] == '1' then argv[${ARGV_SLOT.dryRun}] = '1' end
   end
-  local reply = check(KEYS[k], argv)
-  -- One string.format per reply ('%d,%d,...,%d', made once per reply length) rather than one per number.
-  local format = formats[#reply]
-  if not format then
-    format = string.rep('%d,', #reply - 1) .. '%d'
-    formats[#reply] = format
+${run}
+    -- One string.format per reply ('%d,%d,...,%d', made once per reply length) rather than one per number.
+    local format = formats[#reply]
+    if not format then
+      format = string.rep('%d,', #reply - 1) .. '%d'
+      formats[#reply] = format
+    end
+    replies[k] = string.format(format, unpack(reply))
   end
-  replies[k] = string.format(format, unpack(reply))
 end
 return replies
 `;
+}
+
+/** The Lua loop of a batch script (keys declared, of one slot), over a `check(key, argv)` defined before it. */
+export const LUA_BATCH = batchLoop('#KEYS', 'KEYS[k]', String(BATCH_SLOT.firstKeyArgs - 1), false);
+
+/** The first line of a node batch script: Redis reads its flags there. */
+export const LUA_NODE_BATCH_FLAGS = '#!lua flags=allow-cross-slot-keys\n';
+
+/** The Lua loop of a node batch script (see {@link NODE_BATCH_SLOT}), over a `check(key, argv)` defined before it. */
+export const LUA_NODE_BATCH = batchLoop(
+  `tonumber(ARGV[${NODE_BATCH_SLOT.keyCount}])`,
+  `ARGV[${NODE_BATCH_SLOT.firstKey - 1} + k]`,
+  `${NODE_BATCH_SLOT.firstKey - 1} + count`,
+  true,
+);
 
 /**
  * The ARGV of a batch of checks: `perKey[i]` is key i's arguments; when every key holds the
- * very same array, it is sent once.
+ * very same array, it is sent once. With `keys`, the ARGV of a node batch on those keys.
  */
-export function batchArgv(perKey: readonly (readonly (string | number)[])[]): string[] {
+export function batchArgv(perKey: readonly (readonly (string | number)[])[], keys?: readonly string[]): string[] {
   const first = perKey[0];
   let shared = true;
   for (let i = 1; i < perKey.length && shared; i++) shared = perKey[i] === first;
-  const argv: string[] = new Array(shared ? BATCH_SLOT.firstKeyArgs : BATCH_SLOT.firstKeyArgs - 1 + perKey.length);
+  const argsBase = keys === undefined ? BATCH_SLOT.firstKeyArgs - 1 : NODE_BATCH_SLOT.firstKey - 1 + keys.length;
+  const argv: string[] = new Array(argsBase + (shared ? 1 : perKey.length));
   argv[BATCH_SLOT.dryRunOverride - 1] = '0';
-  if (shared) argv[BATCH_SLOT.firstKeyArgs - 1] = first.join(',');
-  else for (let i = 0; i < perKey.length; i++) argv[BATCH_SLOT.firstKeyArgs - 1 + i] = perKey[i].join(',');
+  if (keys !== undefined) {
+    argv[NODE_BATCH_SLOT.keyCount - 1] = String(keys.length);
+    for (let i = 0; i < keys.length; i++) argv[NODE_BATCH_SLOT.firstKey - 1 + i] = keys[i];
+  }
+  if (shared) argv[argsBase] = first.join(',');
+  else for (let i = 0; i < perKey.length; i++) argv[argsBase + i] = perKey[i].join(',');
   return argv;
 }
 

@@ -169,7 +169,7 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
 
 export const fixedWindow: AlgorithmScripts<FixedWindowState> = {
   algorithm: 'fixed-window',
-  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, apply: blockingCheck(check) },
+  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, nodeBatchLua: CHECK.nodeBatchLua, apply: blockingCheck(check) },
   leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
   settle: { lua: SETTLE, apply: blockingSettle(settle) },
 };

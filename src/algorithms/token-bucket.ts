@@ -275,7 +275,7 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
 
 export const tokenBucket: AlgorithmScripts<TokenBucketState> = {
   algorithm: 'token-bucket',
-  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, apply: blockingCheck(check) },
+  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, nodeBatchLua: CHECK.nodeBatchLua, apply: blockingCheck(check) },
   leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
   settle: { lua: SETTLE, apply: blockingSettle(settle) },
 };

@@ -54,6 +54,8 @@ export interface Script<State = unknown> {
 export interface CheckScript<State = unknown> extends Script<State> {
   /** Checks every key of `KEYS` in one call; answers one {@link RawReply} per key. */
   readonly batchLua: string;
+  /** Checks keys of several Cluster slots served by one node, passed in ARGV (see `NODE_BATCH_SLOT`); answers one reply per key. */
+  readonly nodeBatchLua: string;
 }
 
 /** The scripts of one algorithm. */

@@ -478,69 +478,78 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
   });
 });
 
-describe.each(ALGORITHMS)('%s: the batch script against the TypeScript twin', (algorithm) => {
-  test('one call checking several keys (some twice) answers each as the single-key checks would, in order', async () => {
-    const { check } = SCRIPTS[algorithm];
-    const random = seeded(0xba7c4 + ALGORITHMS.indexOf(algorithm));
-    let compared = 0;
-    let batches = 0;
-    let sharedBatches = 0;
-    for (let config = 0; config < 6; config++) {
-      const tiers = randomTiers(random, algorithm);
-      const keys = Array.from({ length: 4 }, (_, i) => `${uniquePrefix('batch')}:k${i}`);
-      const states = new Map<string, unknown>();
-      let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
-      const blockFor = config % 2 === 0 ? 0 : 1 + Math.floor(random() * 1_000);
-      for (let step = 0; step < 40; step++) {
-        now = nextTime(now, tiers, random);
-        // Some batches have one set of arguments for every key, sent once (ARGV[2] alone).
-        const shared = random() < 0.3 ? { cost: randomCost(random, tiers), dryRun: random() < 0.15 } : undefined;
-        const entries = Array.from({ length: 1 + Math.floor(random() * 6) }, () => ({
-          key: keys[Math.floor(random() * keys.length)],
-          cost: shared?.cost ?? randomCost(random, tiers),
-          dryRun: shared?.dryRun ?? random() < 0.15,
-        }));
-        const dryAll = random() < 0.1;
-        const sharedArgv = shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, countedAt: 0, actualCost: 0, tiers });
-        const perKey = entries.map(
-          (entry) =>
-            sharedArgv ?? scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, countedAt: 0, actualCost: 0, tiers }),
-        );
-        const argv = batchArgv(perKey);
-        if (dryAll) argv[BATCH_SLOT.dryRunOverride - 1] = '1';
-        if (shared !== undefined && entries.length > 1) sharedBatches++;
-        const multi = client.multi().eval(check.batchLua, entries.length, ...entries.map((entry) => entry.key), ...argv);
-        for (const key of keys) multi.persist(key);
-        const results = (await multi.exec())!;
-        if (results[0][0]) throw results[0][0];
-        const replies = (results[0][1] as string[]).map(batchReply);
-        batches++;
-        for (const [i, entry] of entries.entries()) {
-          const result = check.apply(states.get(entry.key), {
-            now,
-            cost: entry.cost,
-            dryRun: entry.dryRun || dryAll,
-            blockFor,
-            countedAt: 0,
-            actualCost: 0,
-            tiers,
-          });
-          states.set(entry.key, result.state);
-          const context = `config ${config}, step ${step}, entry ${i} of ${entries.length}, ${JSON.stringify(entry)}, dry all ${dryAll}`;
-          if (!isDeepStrictEqual(replies[i], [...result.reply])) {
-            throw new Error(`${context}: replies differ\nlua: ${JSON.stringify(replies[i])}\nts:  ${JSON.stringify(result.reply)}`);
+describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (algorithm) => {
+  // The batch (keys declared, one slot) and the node batch (keys in ARGV, slots of one node).
+  test.each(['batch', 'node batch'])(
+    '%s: one call checking several keys (some twice) answers each as the single-key checks would, in order',
+    async (form) => {
+      const { check } = SCRIPTS[algorithm];
+      const random = seeded(0xba7c4 + ALGORITHMS.indexOf(algorithm));
+      let compared = 0;
+      let batches = 0;
+      let sharedBatches = 0;
+      for (let config = 0; config < 6; config++) {
+        const tiers = randomTiers(random, algorithm);
+        const keys = Array.from({ length: 4 }, (_, i) => `${uniquePrefix('batch')}:k${i}`);
+        const states = new Map<string, unknown>();
+        let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
+        const blockFor = config % 2 === 0 ? 0 : 1 + Math.floor(random() * 1_000);
+        for (let step = 0; step < 40; step++) {
+          now = nextTime(now, tiers, random);
+          // Some batches have one set of arguments for every key, sent once (ARGV[2] alone).
+          const shared = random() < 0.3 ? { cost: randomCost(random, tiers), dryRun: random() < 0.15 } : undefined;
+          const entries = Array.from({ length: 1 + Math.floor(random() * 6) }, () => ({
+            key: keys[Math.floor(random() * keys.length)],
+            cost: shared?.cost ?? randomCost(random, tiers),
+            dryRun: shared?.dryRun ?? random() < 0.15,
+          }));
+          const dryAll = random() < 0.1;
+          const sharedArgv =
+            shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, countedAt: 0, actualCost: 0, tiers });
+          const perKey = entries.map(
+            (entry) =>
+              sharedArgv ?? scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, countedAt: 0, actualCost: 0, tiers }),
+          );
+          const entryKeys = entries.map((entry) => entry.key);
+          const argv = form === 'batch' ? batchArgv(perKey) : batchArgv(perKey, entryKeys);
+          if (dryAll) argv[BATCH_SLOT.dryRunOverride - 1] = '1';
+          if (shared !== undefined && entries.length > 1) sharedBatches++;
+          const multi =
+            form === 'batch'
+              ? client.multi().eval(check.batchLua, entries.length, ...entryKeys, ...argv)
+              : client.multi().eval(check.nodeBatchLua, 0, ...argv);
+          for (const key of keys) multi.persist(key);
+          const results = (await multi.exec())!;
+          if (results[0][0]) throw results[0][0];
+          const replies = (results[0][1] as string[]).map(batchReply);
+          batches++;
+          for (const [i, entry] of entries.entries()) {
+            const result = check.apply(states.get(entry.key), {
+              now,
+              cost: entry.cost,
+              dryRun: entry.dryRun || dryAll,
+              blockFor,
+              countedAt: 0,
+              actualCost: 0,
+              tiers,
+            });
+            states.set(entry.key, result.state);
+            const context = `config ${config}, step ${step}, entry ${i} of ${entries.length}, ${JSON.stringify(entry)}, dry all ${dryAll}`;
+            if (!isDeepStrictEqual(replies[i], [...result.reply])) {
+              throw new Error(`${context}: replies differ\nlua: ${JSON.stringify(replies[i])}\nts:  ${JSON.stringify(result.reply)}`);
+            }
+            compared++;
           }
-          compared++;
-        }
-        for (const key of keys) {
-          if (!isDeepStrictEqual(await redisState(algorithm, key), twinState(states.get(key)))) {
-            throw new Error(`config ${config}, step ${step}: stored state of ${key} differs`);
+          for (const key of keys) {
+            if (!isDeepStrictEqual(await redisState(algorithm, key), twinState(states.get(key)))) {
+              throw new Error(`config ${config}, step ${step}: stored state of ${key} differs`);
+            }
           }
         }
       }
-    }
-    expect(batches).toBe(6 * 40);
-    expect(sharedBatches).toBeGreaterThan(30);
-    expect(compared).toBeGreaterThan(500);
-  });
+      expect(batches).toBe(6 * 40);
+      expect(sharedBatches).toBeGreaterThan(30);
+      expect(compared).toBeGreaterThan(500);
+    },
+  );
 });

@@ -4,14 +4,51 @@
  */
 import type { CheckScript, RawReply } from '../../algorithms/types';
 import { callEach, type Done } from '../../async';
-import { batchArgv, batchReply, type ScriptCall, scriptArgv } from '../../protocol';
+import { StoreError } from '../../errors';
+import { batchArgv, batchReply, FAILED_CHECK, type ScriptCall, scriptArgv } from '../../protocol';
 import { sameTiers, type Tier } from '../../tiers';
 import { slotOf } from './cluster-slot';
 
 /** Sends one script call for one key, or one batch call for several keys (the batch encoding of `protocol.ts`). */
 export interface BatchSender {
   one(script: CheckScript, key: string, argv: readonly (string | number)[]): Promise<unknown>;
+  /** Keys of one slot, declared: the client routes (and redirects) the call by its first key. */
   many(script: CheckScript, keys: readonly string[], argv: readonly string[]): Promise<unknown>;
+  /** Present when keys live on several nodes (a Cluster). */
+  readonly cluster?: ClusterRouting;
+}
+
+/** A Cluster node, as the client adapter knows it: opaque here. */
+export type ClusterNode = object;
+
+/** Where a Cluster client sends what: the slot of a key, the node of a slot, and node batches. */
+export interface ClusterRouting {
+  /** What the client puts before every key it sends (ioredis's `keyPrefix`), so Redis hashes it too. */
+  readonly keyPrefix: string;
+  /**
+   * The node serving `slot` in the client's slot map, when it is connected and takes node
+   * batches; `undefined` otherwise (the batch then goes per slot).
+   */
+  nodeOf(slot: number): ClusterNode | undefined;
+  /** Runs a check script's node batch on `node` (ARGV from `batchArgv` with keys, prefixed). */
+  runOnNode(node: ClusterNode, script: CheckScript, argv: readonly string[]): Promise<unknown>;
+}
+
+/** The node does not run node batches (before Redis 7, no `allow-cross-slot-keys`): nothing ran, send per slot. */
+export class NodeBatchUnsupportedError extends Error {
+  override readonly name = 'NodeBatchUnsupportedError';
+}
+
+/**
+ * How long node batches pause after one in which no check was served by its node: a slot map far
+ * off, or a proxy that spreads commands without keys over its shards. Each such check is sent again
+ * alone, so a batch that way costs a round trip more than sending per slot.
+ */
+const NODE_BATCH_PAUSE_MS = 1_000;
+
+/** Redis refused a node batch's check because the node does not serve its key now: send it alone, with redirections. */
+function notServedHere(message: string): boolean {
+  return message.includes('non local key') || message.includes('cluster is down');
 }
 
 interface Entry {
@@ -19,6 +56,8 @@ interface Entry {
   readonly key: string;
   readonly argv: readonly (string | number)[];
   readonly done: Done<RawReply>;
+  /** The key's Cluster slot, once computed. */
+  slot: number;
 }
 
 /**
@@ -38,16 +77,14 @@ const FLUSH_AT = 16;
 export class CheckBatcher {
   private pending: Entry[] = [];
   private scheduled = false;
+  /** Epoch ms until which node batches pause (see {@link NODE_BATCH_PAUSE_MS}); 0 when they do not. */
+  private nodeBatchesPausedUntil = 0;
 
-  constructor(
-    private readonly sender: BatchSender,
-    /** Keys live on several nodes: a batch call holds the keys of one cluster slot. */
-    private readonly bySlot = false,
-  ) {}
+  constructor(private readonly sender: BatchSender) {}
 
   /** Queues a check; `done` gets its reply once its batch is answered. */
   check(script: CheckScript, key: string, argv: readonly (string | number)[], done: Done<RawReply>): void {
-    this.pending.push({ script, key, argv, done });
+    this.pending.push({ script, key, argv, done, slot: -1 });
     if (this.pending.length >= FLUSH_AT) {
       this.flush();
     } else if (!this.scheduled) {
@@ -73,10 +110,65 @@ export class CheckBatcher {
       let to = from + 1;
       while (to < entries.length && entries[to].script === script) to++;
       const group = to - from === entries.length ? entries : entries.slice(from, to);
-      if (this.bySlot && group.length > 1) for (const ofSlot of groupBySlot(group)) this.send(script, ofSlot);
+      const { cluster } = this.sender;
+      if (cluster !== undefined && group.length > 1) this.spread(cluster, script, group);
       else this.send(script, group);
       from = to;
     }
+  }
+
+  /**
+   * The checks of a Cluster: one call per node for keys of several slots that one node serves (a
+   * node batch), one per slot otherwise. With distinct identifiers, keys rarely share a slot (16,384
+   * of them), so without node batches most checks would be calls of their own.
+   */
+  private spread(cluster: ClusterRouting, script: CheckScript, group: readonly Entry[]): void {
+    if (this.nodeBatchesPausedUntil !== 0 && Date.now() >= this.nodeBatchesPausedUntil) this.nodeBatchesPausedUntil = 0;
+    const onNodes = this.nodeBatchesPausedUntil === 0;
+    const byNode = new Map<ClusterNode, Entry[]>();
+    const bySlot = new Map<number, Entry[]>();
+    for (const entry of group) {
+      entry.slot = slotOf(cluster.keyPrefix + entry.key);
+      const node = onNodes ? cluster.nodeOf(entry.slot) : undefined;
+      if (node === undefined) append(bySlot, entry.slot, entry);
+      else append(byNode, node, entry);
+    }
+    for (const [node, entries] of byNode) {
+      if (entries.length > 1 && !oneSlot(entries)) this.sendToNode(cluster, node, script, entries);
+      else append(bySlot, entries[0].slot, ...entries);
+    }
+    for (const entries of bySlot.values()) this.send(script, entries);
+  }
+
+  private sendToNode(cluster: ClusterRouting, node: ClusterNode, script: CheckScript, group: readonly Entry[]): void {
+    const keys: string[] = new Array(group.length);
+    const perKey: (readonly (string | number)[])[] = new Array(group.length);
+    for (let i = 0; i < group.length; i++) {
+      keys[i] = cluster.keyPrefix + group[i].key;
+      perKey[i] = group[i].argv;
+    }
+    cluster.runOnNode(node, script, batchArgv(perKey, keys)).then(
+      (replies) => {
+        const elsewhere: Entry[] = [];
+        callEach(group, (entry, i) => {
+          const text = String((replies as unknown[])[i]);
+          if (text.startsWith(FAILED_CHECK)) {
+            const message = text.slice(FAILED_CHECK.length);
+            if (notServedHere(message)) elsewhere.push(entry);
+            else entry.done(new StoreError(/^[A-Z]+/.exec(message)?.[0] ?? 'ERR', `Redis answered with an error: ${message}`));
+            return;
+          }
+          answer(entry, text);
+        });
+        if (elsewhere.length === group.length) this.nodeBatchesPausedUntil = Date.now() + NODE_BATCH_PAUSE_MS;
+        // Sent again through the client's routing, which follows MOVED and ASK.
+        for (const ofSlot of groupBySlot(elsewhere)) this.send(script, ofSlot);
+      },
+      (error: unknown) => {
+        if (error instanceof NodeBatchUnsupportedError) for (const ofSlot of groupBySlot(group)) this.send(script, ofSlot);
+        else callEach(group, (entry) => entry.done(error));
+      },
+    );
   }
 
   private send(script: CheckScript, group: readonly Entry[]): void {
@@ -96,35 +188,39 @@ export class CheckBatcher {
     // Each answer may run the app's own code (the HTTP path goes on to the next handler): one
     // that throws must not leave the rest of the batch unanswered.
     this.sender.many(script, keys, argv).then(
-      (replies) =>
-        callEach(group, (entry, i) => {
-          let reply: RawReply;
-          try {
-            reply = batchReply(String((replies as unknown[])[i]));
-          } catch (error) {
-            entry.done(error);
-            return;
-          }
-          entry.done(undefined, reply);
-        }),
+      (replies) => callEach(group, (entry, i) => answer(entry, String((replies as unknown[])[i]))),
       (error: unknown) => callEach(group, (entry) => entry.done(error)),
     );
   }
 }
 
-/**
- * `entries` split by cluster slot, in order of first appearance (the checks of one key keep their
- * order: a key has one slot). With distinct identifiers, keys rarely share a slot (16,384 of them)
- * and most groups hold one check; one busy identifier, or identifiers under one hash tag, share one.
- */
+/** Answers a check with its reply in a batch's answer. */
+function answer(entry: Entry, text: string): void {
+  let reply: RawReply;
+  try {
+    reply = batchReply(text);
+  } catch (error) {
+    entry.done(error);
+    return;
+  }
+  entry.done(undefined, reply);
+}
+
+function append<K>(groups: Map<K, Entry[]>, key: K, ...entries: Entry[]): void {
+  const group = groups.get(key);
+  if (group === undefined) groups.set(key, entries);
+  else group.push(...entries);
+}
+
+function oneSlot(entries: readonly Entry[]): boolean {
+  for (let i = 1; i < entries.length; i++) if (entries[i].slot !== entries[0].slot) return false;
+  return true;
+}
+
+/** `entries` (their slots computed) split by slot, in order of first appearance: the checks of one key keep their order. */
 function groupBySlot(entries: readonly Entry[]): Entry[][] {
   const groups = new Map<number, Entry[]>();
-  for (const entry of entries) {
-    const slot = slotOf(entry.key);
-    const group = groups.get(slot);
-    if (group === undefined) groups.set(slot, [entry]);
-    else group.push(entry);
-  }
+  for (const entry of entries) append(groups, entry.slot, entry);
   return [...groups.values()];
 }
 

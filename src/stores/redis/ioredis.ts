@@ -7,8 +7,17 @@
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError, warn } from '../../errors';
 import { dryRunArgIndex } from '../../protocol';
+import { type ClusterNode, type ClusterRouting, NodeBatchUnsupportedError } from './batch';
 import { readMemoryPolicy } from './memory-policy';
-import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, scriptKindOf, shaOf } from './redis-client';
+import {
+  isNoScript,
+  isUnsupportedShebang,
+  type RedisClientAdapter,
+  rethrowStoreFailure,
+  type ScriptKind,
+  scriptKindOf,
+  shaOf,
+} from './redis-client';
 
 /** The parts of an ioredis `Redis` or `Cluster` this package uses. */
 export interface IoredisClient {
@@ -19,6 +28,19 @@ export interface IoredisClient {
   eval(lua: string, numberOfKeys: number, ...args: (string | number)[]): Promise<unknown>;
   del(...keys: string[]): Promise<number>;
   on(event: 'ready' | 'close', listener: () => void): unknown;
+}
+
+/** The parts of an ioredis node (a `Redis` of a `Cluster`'s pool) a node batch uses. */
+interface IoredisNode extends IoredisClient {
+  readonly options: { readonly host?: string; readonly port?: number };
+}
+
+/** The parts of an ioredis `Cluster` its routing uses: its slot map (node keys `host:port`, master first) and nodes. */
+interface IoredisCluster {
+  readonly slots: readonly (readonly string[] | undefined)[];
+  readonly options: { readonly keyPrefix?: string };
+  nodes(role: 'all'): IoredisNode[];
+  on(event: '+node' | '-node', listener: (node: IoredisNode) => void): unknown;
 }
 
 /** Per client, shared by every store on it: whether it was ever ready. */
@@ -81,8 +103,45 @@ export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
     run: (lua, keys, argv) => evaluate(client, lua, 'single', keys, argv),
     runBatch: (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, 'batch', keys, argv),
     cluster: client.isCluster === true,
+    routing: client.isCluster === true ? clusterRouting(client as unknown as IoredisCluster) : undefined,
     del: (key) => client.del(key).then(undefined, rethrowStoreFailure),
   };
+}
+
+const routings = new WeakMap<IoredisCluster, ClusterRouting>();
+
+/**
+ * Node batches on an ioredis `Cluster`: the node of a slot from the cluster's slot map, and its
+ * `Redis` from the cluster's pool (kept current by the pool's `+node` and `-node` events). A
+ * node batch is sent to that `Redis` directly, since a call without keys would go to a random node.
+ */
+function clusterRouting(cluster: IoredisCluster): ClusterRouting {
+  const known = routings.get(cluster);
+  if (known !== undefined) return known;
+  const nodes = new Map<string, IoredisNode>();
+  const keyOf = (node: IoredisNode) => `${node.options.host}:${node.options.port}`;
+  for (const node of cluster.nodes('all')) nodes.set(keyOf(node), node);
+  cluster.on('+node', (node) => nodes.set(keyOf(node), node));
+  cluster.on('-node', (node) => {
+    if (nodes.get(keyOf(node)) === node) nodes.delete(keyOf(node));
+  });
+  let supported = true;
+  const routing: ClusterRouting = {
+    keyPrefix: cluster.options.keyPrefix ?? '',
+    nodeOf: (slot) => {
+      const address = cluster.slots[slot]?.[0];
+      const node = supported && address !== undefined ? nodes.get(address) : undefined;
+      return node?.status === 'ready' ? node : undefined;
+    },
+    runOnNode: (node: ClusterNode, script, argv) =>
+      evaluate(node as IoredisNode, script.nodeBatchLua, 'batch', [], argv).then(undefined, (error: unknown) => {
+        if (!isUnsupportedShebang(error)) throw error;
+        supported = false;
+        throw new NodeBatchUnsupportedError('Redis runs no scripts with flags (Redis 7 does): checks batched per slot');
+      }),
+  };
+  routings.set(cluster, routing);
+  return routing;
 }
 
 function evaluate(

@@ -8,8 +8,17 @@
 import { setMaxListeners } from 'node:events';
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError } from '../../errors';
+import { type ClusterNode, type ClusterRouting, NodeBatchUnsupportedError } from './batch';
 import { readMemoryPolicy } from './memory-policy';
-import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, shaOf, storeFailure } from './redis-client';
+import {
+  isNoScript,
+  isUnsupportedShebang,
+  type RedisClientAdapter,
+  rethrowStoreFailure,
+  type ScriptKind,
+  shaOf,
+  storeFailure,
+} from './redis-client';
 
 /**
  * The command options this package passes to node-redis: an `AbortSignal`, an empty type
@@ -39,6 +48,8 @@ export interface NodeRedisCluster {
   /** Absent before node-redis 5.1 or so: `isOpen` stands in for it. */
   readonly isReady?: boolean;
   readonly masters: readonly unknown[];
+  /** Per slot, its master: with its client once connected (node-redis 5 and 6 document `slots` and `nodeClient`). */
+  readonly slots?: readonly ({ readonly master?: { readonly client?: NodeRedisClient } } | undefined)[];
   sendCommand(firstKey: string, isReadonly: boolean | undefined, args: string[], options?: NodeRedisCommandOptions): Promise<unknown>;
   on(event: 'node-connect', listener: () => void): unknown;
 }
@@ -219,20 +230,51 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
     ? (key, args, options) => (client as NodeRedisCluster).sendCommand(key, false, args, options)
     : (_key, args, options) => (client as NodeRedisClient).sendCommand(args, options);
   const optionsNow = (): NodeRedisCommandOptions => (epoch === undefined ? plain : epoch.options);
-  const evaluate = (lua: string, kind: ScriptKind, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> => {
+  const evaluateWith = (
+    to: Send,
+    lua: string,
+    kind: ScriptKind,
+    keys: readonly string[],
+    argv: readonly (string | number)[],
+  ): Promise<unknown> => {
     const args = ['EVALSHA', shaOf(lua, kind), String(keys.length), ...keys];
     for (const arg of argv) args.push(String(arg));
     const options = optionsNow();
-    return send(keys[0], args, options).then(undefined, (error: unknown) => {
+    return to(keys[0], args, options).then(undefined, (error: unknown) => {
       if (isNoScript(error)) {
         const again = optionsNow();
-        return send(keys[0], ['EVAL', lua, ...args.slice(2)], again).then(undefined, (retryError: unknown) => {
+        return to(keys[0], ['EVAL', lua, ...args.slice(2)], again).then(undefined, (retryError: unknown) => {
           throw failure(retryError, again);
         });
       }
       throw failure(error, options);
     });
   };
+  const evaluate = (lua: string, kind: ScriptKind, keys: readonly string[], argv: readonly (string | number)[]) =>
+    evaluateWith(send, lua, kind, keys, argv);
+  let nodeBatches = true;
+  /**
+   * Node batches on a node-redis cluster: the master of a slot from the cluster's slot map, and
+   * its client once connected. A node batch is sent to that client directly, since a call without
+   * keys would go to a random node; it carries the epoch's abort signal as every check does.
+   */
+  const routing: ClusterRouting | undefined = cluster
+    ? {
+        keyPrefix: '',
+        nodeOf: (slot) => {
+          const node = nodeBatches ? (client as NodeRedisCluster).slots?.[slot]?.master?.client : undefined;
+          return node?.isReady === true ? node : undefined;
+        },
+        runOnNode: (node: ClusterNode, script, argv) => {
+          const toNode: Send = (_key, args, options) => (node as NodeRedisClient).sendCommand(args, options);
+          return evaluateWith(toNode, script.nodeBatchLua, 'batch', [], argv).then(undefined, (error: unknown) => {
+            if (!isUnsupportedShebang(error)) throw error;
+            nodeBatches = false;
+            throw new NodeBatchUnsupportedError('Redis runs no scripts with flags (Redis 7 does): checks batched per slot');
+          });
+        },
+      }
+    : undefined;
   return {
     // Never hand node-redis a check while it is not connected (before its first connection
     // too): it would queue it, to be counted when Redis comes back.
@@ -243,6 +285,7 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
     run: (lua, keys, argv) => evaluate(lua, 'single', keys, argv),
     runBatch: (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
     cluster,
+    routing,
     del: (key) => send(key, ['DEL', key], plain).then(undefined, rethrowStoreFailure),
   };
 }

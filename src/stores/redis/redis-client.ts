@@ -7,6 +7,7 @@
 import { createHash } from 'node:crypto';
 import type { CheckScript } from '../../algorithms/types';
 import { RateLimitTimeoutError, StoreError, StoreUnavailableError } from '../../errors';
+import type { ClusterRouting } from './batch';
 
 export interface RedisClientAdapter {
   /** Why a command sent now would not go to Redis at once (to fail instead of queueing it), or `undefined`. */
@@ -21,6 +22,8 @@ export interface RedisClientAdapter {
   runBatch(script: CheckScript, keys: readonly string[], argv: readonly string[]): Promise<unknown>;
   /** Whether keys live on several nodes (a Cluster): then a batch holds the keys of one slot only. */
   readonly cluster: boolean;
+  /** On a Cluster: the slots and nodes of keys, for batches per node (see `batch.ts`). */
+  readonly routing?: ClusterRouting;
 }
 
 /** A script of this package is called on one key (a check or a settle), or on many (a batch of checks). */
@@ -45,6 +48,14 @@ export function shaOf(lua: string, kind: ScriptKind): string {
 /** Whether `bodyOrSha` (the first argument of an `EVAL` or `EVALSHA`) is one of this package's scripts, and of which kind. */
 export function scriptKindOf(bodyOrSha: string): ScriptKind | undefined {
   return kinds.get(bodyOrSha);
+}
+
+/**
+ * Redis could not take a script's first line (`#!lua flags=...`): a server older than Redis 7,
+ * which has no script flags. Nothing ran.
+ */
+export function isUnsupportedShebang(error: unknown): boolean {
+  return error instanceof Error && /shebang|compiling script/i.test(error.message);
 }
 
 /** Redis answered that it does not hold the script (after a restart or `SCRIPT FLUSH`). */

@@ -73,13 +73,19 @@ export class RedisStore implements CallbackStore {
     this.sharded = redis.cluster;
     // A batch goes out a turn after its checks started: the connection may have dropped since,
     // and a client would then queue the batch, to count it after a reconnection. Ask again.
-    this.batcher = new CheckBatcher(
-      {
-        one: (script, key, argv) => whenAvailable(redis, () => redis.run(script.lua, [key], argv)),
-        many: (script, keys, argv) => whenAvailable(redis, () => redis.runBatch(script, keys, argv)),
-      },
-      redis.cluster,
-    );
+    const { routing } = redis;
+    this.batcher = new CheckBatcher({
+      one: (script, key, argv) => whenAvailable(redis, () => redis.run(script.lua, [key], argv)),
+      many: (script, keys, argv) => whenAvailable(redis, () => redis.runBatch(script, keys, argv)),
+      cluster:
+        routing === undefined
+          ? undefined
+          : {
+              keyPrefix: routing.keyPrefix,
+              nodeOf: (slot) => routing.nodeOf(slot),
+              runOnNode: (node, script, argv) => whenAvailable(redis, () => routing.runOnNode(node, script, argv)),
+            },
+    });
   }
 
   check(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
