@@ -64,8 +64,12 @@ interface Entry {
  * Checks per batch call. A batch goes out as soon as it is this full, so that Redis works on it
  * while this process reads more requests: waiting for the whole turn instead left the server idle
  * while Redis ran one large batch (`npm run bench`, Fastify (a); bench/NOTES.md has the sizes tried).
+ * On a Cluster, each node's batch fills to this size on its own.
  */
 const FLUSH_AT = 16;
+
+/** The queue, on a Cluster, of checks whose node is not known (or takes no node batch now). */
+const NO_NODE: ClusterNode = {};
 
 /**
  * Gathers the checks started in one turn of the event loop and sends them as few script calls:
@@ -76,6 +80,8 @@ const FLUSH_AT = 16;
  */
 export class CheckBatcher {
   private pending: Entry[] = [];
+  /** On a Cluster: the pending checks per node. */
+  private readonly pendingByNode = new Map<ClusterNode, Entry[]>();
   private scheduled = false;
   /** Epoch ms until which node batches pause (see {@link NODE_BATCH_PAUSE_MS}); 0 when they do not. */
   private nodeBatchesPausedUntil = 0;
@@ -84,10 +90,28 @@ export class CheckBatcher {
 
   /** Queues a check; `done` gets its reply once its batch is answered. */
   check(script: CheckScript, key: string, argv: readonly (string | number)[], done: Done<RawReply>): void {
-    this.pending.push({ script, key, argv, done, slot: -1 });
-    if (this.pending.length >= FLUSH_AT) {
-      this.flush();
-    } else if (!this.scheduled) {
+    const entry: Entry = { script, key, argv, done, slot: -1 };
+    const { cluster } = this.sender;
+    if (cluster === undefined) {
+      this.pending.push(entry);
+      if (this.pending.length >= FLUSH_AT) {
+        const full = this.pending;
+        this.pending = [];
+        this.flush(full);
+        return;
+      }
+    } else {
+      entry.slot = slotOf(cluster.keyPrefix + key);
+      const node = this.nodeBatchesPaused() ? NO_NODE : (cluster.nodeOf(entry.slot) ?? NO_NODE);
+      const queue = this.pendingByNode.get(node);
+      if (queue === undefined) this.pendingByNode.set(node, [entry]);
+      else if (queue.push(entry) >= FLUSH_AT) {
+        this.pendingByNode.delete(node);
+        this.flush(queue);
+        return;
+      }
+    }
+    if (!this.scheduled) {
       this.scheduled = true;
       // After the poll phase: every request read in this turn has had its check started by then.
       setImmediate(this.flushTurn);
@@ -96,13 +120,19 @@ export class CheckBatcher {
 
   private readonly flushTurn = (): void => {
     this.scheduled = false;
-    this.flush();
+    if (this.pending.length > 0) {
+      const entries = this.pending;
+      this.pending = [];
+      this.flush(entries);
+    }
+    if (this.pendingByNode.size > 0) {
+      const queues = [...this.pendingByNode.values()];
+      this.pendingByNode.clear();
+      for (const entries of queues) this.flush(entries);
+    }
   };
 
-  private flush(): void {
-    const entries = this.pending;
-    if (entries.length === 0) return;
-    this.pending = [];
+  private flush(entries: Entry[]): void {
     // Entries of one script (algorithm) share a call; a limiter rarely mixes algorithms on one store.
     let from = 0;
     while (from < entries.length) {
@@ -117,18 +147,24 @@ export class CheckBatcher {
     }
   }
 
+  private nodeBatchesPaused(): boolean {
+    if (this.nodeBatchesPausedUntil === 0) return false;
+    if (Date.now() < this.nodeBatchesPausedUntil) return true;
+    this.nodeBatchesPausedUntil = 0;
+    return false;
+  }
+
   /**
-   * The checks of a Cluster: one call per node for keys of several slots that one node serves (a
-   * node batch), one per slot otherwise. With distinct identifiers, keys rarely share a slot (16,384
-   * of them), so without node batches most checks would be calls of their own.
+   * The checks of a Cluster (their slots computed): one call per node for keys of several slots
+   * that one node serves (a node batch), one per slot otherwise. With distinct identifiers, keys
+   * rarely share a slot (16,384 of them), so without node batches most checks would be calls of
+   * their own. Nodes are looked up again: a node may have gone down since its checks were queued.
    */
   private spread(cluster: ClusterRouting, script: CheckScript, group: readonly Entry[]): void {
-    if (this.nodeBatchesPausedUntil !== 0 && Date.now() >= this.nodeBatchesPausedUntil) this.nodeBatchesPausedUntil = 0;
-    const onNodes = this.nodeBatchesPausedUntil === 0;
+    const onNodes = !this.nodeBatchesPaused();
     const byNode = new Map<ClusterNode, Entry[]>();
     const bySlot = new Map<number, Entry[]>();
     for (const entry of group) {
-      entry.slot = slotOf(cluster.keyPrefix + entry.key);
       const node = onNodes ? cluster.nodeOf(entry.slot) : undefined;
       if (node === undefined) append(bySlot, entry.slot, entry);
       else append(byNode, node, entry);
