@@ -195,6 +195,64 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
     }
   });
 
+  test('a node batch through a migration of one of its slots: each check served where its key is, none refused, counts exact', async () => {
+    const rejections = watchUnhandledRejections();
+    try {
+      const limiter = createLimiter({
+        store: new RedisStore({ client }),
+        limit: 100,
+        window: '1h',
+        prefix: 'spread',
+        denyCacheSize: 0,
+        timeoutMs: 3_000,
+      });
+      // Five identifiers in the slot that moves (a hash tag), five in other slots of its master:
+      // the checks of a turn share one node batch, keys of several slots.
+      const moving = ['a', 'b', 'c', 'd', 'e'].map((name) => `{team}:${name}`);
+      const slot = await admin.slotOf(limiter.keyFor(moving[0]));
+      const source = await admin.ownerOf(slot);
+      const staying: string[] = [];
+      for (let i = 0; staying.length < 5; i++) {
+        const keySlot = await admin.slotOf(limiter.keyFor(`user-${i}`));
+        if (keySlot !== slot && (await admin.ownerOf(keySlot)) === source) staying.push(`user-${i}`);
+      }
+      const ids = [...moving, ...staying];
+      const movingKeys = moving.map((id) => limiter.keyFor(id));
+      const to = admin.nodes.find((node) => node.port !== source)!;
+      const sourceNode = admin.nodes.find((node) => node.port === source)!;
+      const turn = async () =>
+        Promise.all(
+          ids.map((id) =>
+            limiter.check(id).then(
+              (decision) => (decision.allowed ? 'allowed' : 'denied'),
+              (error: { code?: string; reply?: string }) => `${error.code} ${error.reply}`,
+            ),
+          ),
+        );
+      const scriptErrors = async () => Number(/total_error_replies:(\d+)/.exec(await sourceNode.redis.info('stats'))?.[1]);
+      const answers: string[][] = [await turn()];
+      await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceNode.id);
+      await sourceNode.redis.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id);
+      answers.push(await turn()); // every key still on the source: the node batch is served there whole
+      const errorsBefore = await scriptErrors();
+      await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', movingKeys[0], movingKeys[1]);
+      // Two keys moved: the source serves the rest, refuses those two in its node batch; sent again, ASK to the target.
+      answers.push(await turn());
+      expect((await scriptErrors()) - errorsBefore).toBeGreaterThanOrEqual(2);
+      await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', ...movingKeys.slice(2));
+      answers.push(await turn()); // every moving key on the target: ASK
+      for (const node of admin.nodes) await node.redis.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
+      answers.push(await turn()); // the client's map is stale: the source refuses, MOVED is followed
+      answers.push(await turn()); // and the map is current again
+      for (const answer of answers) expect(answer).toEqual(ids.map(() => 'allowed'));
+      for (const id of ids) expect([id, (await limiter.peek(id, { cost: 0 })).estimated]).toEqual([id, answers.length]);
+      expect(await to.redis.exists(...movingKeys)).toBe(movingKeys.length);
+      expect(rejections.reasons).toEqual([]);
+    } finally {
+      rejections.stop();
+    }
+  });
+
   test("one master SIGKILLed: the others' identifiers stay exactly limited, the dead one's fail open or closed within timeoutMs", async () => {
     const rejections = watchUnhandledRejections();
     const apps: App[] = [];

@@ -206,7 +206,10 @@ onRedis.describe('across processes, on Redis', () => {
       // Not before the leases' expiry (taken after `holder.value`), and soon after it.
       expect(backAfter).toBeGreaterThanOrEqual(1_500);
       expect(backAfter).toBeLessThan(1_500 + 2_000);
-      expect(decision.concurrency).toEqual({ limit: 2, inProgress: 1, refused: false });
+      expect(decision.concurrency).toMatchObject({ limit: 2, refused: false });
+      // This lease, and the holder's second one when it was taken a few milliseconds after its first
+      // and the poll fell between their expiries.
+      expect([1, 2]).toContain(decision.concurrency?.inProgress);
     } finally {
       await client.quit();
     }
