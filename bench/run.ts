@@ -55,7 +55,7 @@ const WINDOW_MS = 60_000;
 const IDS = 100_000;
 
 type Framework = 'express' | 'fastify';
-type LimiterName = 'bare' | 'floor' | 'swl' | 'swlap' | 'swlnr' | 'erl' | 'rlf' | 'frl';
+type LimiterName = 'bare' | 'floor' | 'swl' | 'swlap' | 'swlnr' | 'swlfw' | 'swltb' | 'swlsl' | 'erl' | 'rlf' | 'frl';
 
 const LIMITER_LABELS: Record<LimiterName, string> = {
   bare: 'bare (no limiter)',
@@ -63,6 +63,9 @@ const LIMITER_LABELS: Record<LimiterName, string> = {
   swl: '**ratewarden** (this package)',
   swlap: 'ratewarden, client with auto-pipelining',
   swlnr: 'ratewarden over node-redis (the `redis` package)',
+  swlfw: 'ratewarden, fixed window',
+  swltb: 'ratewarden, token bucket',
+  swlsl: 'ratewarden, sliding log',
   erl: 'express-rate-limit + rate-limit-redis',
   rlf: 'rate-limiter-flexible (RateLimiterRedis, middleware in bench/server.ts)',
   frl: '@fastify/rate-limit (redis)',
@@ -70,7 +73,7 @@ const LIMITER_LABELS: Record<LimiterName, string> = {
 
 const CONFIGS: readonly { framework: Framework; limiters: readonly LimiterName[] }[] = [
   { framework: 'express', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'erl', 'rlf'] },
-  { framework: 'fastify', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'frl', 'rlf'] },
+  { framework: 'fastify', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'swlfw', 'swltb', 'swlsl', 'frl', 'rlf'] },
 ];
 
 interface Scenario {
@@ -158,8 +161,17 @@ interface Server {
   child: ChildProcess;
 }
 
-/** The floor (a bare 429) only means something where the limiter denies. */
-const ONLY_IN: Partial<Record<LimiterName, readonly Scenario['id'][]>> = { floor: ['c'] };
+/**
+ * The floor (a bare 429) only means something where the limiter denies. The other algorithms
+ * (the default is the sliding window) are measured on Fastify's allowed traffic over many
+ * identifiers, for their CPU and Redis CPU per request.
+ */
+const ONLY_IN: Partial<Record<LimiterName, readonly Scenario['id'][]>> = {
+  floor: ['c'],
+  swlfw: ['b', 'cb'],
+  swltb: ['b', 'cb'],
+  swlsl: ['b', 'cb'],
+};
 
 const selected = (framework: Framework, limiter: LimiterName, scenario: Scenario['id']): boolean =>
   (ONLY_IN[limiter]?.includes(scenario) ?? true) &&

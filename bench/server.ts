@@ -6,6 +6,7 @@
  * - BENCH_FRAMEWORK: `express` | `fastify`
  * - BENCH_LIMITER:   `bare` | `swl` (this package) | `swlap` (this package, client with auto-pipelining)
  *                    | `swlnr` (this package over node-redis, the `redis` package, as the README recommends it)
+ *                    | `swlfw`, `swltb`, `swlsl` (this package with the fixed window, token bucket or sliding log algorithm)
  *                    | `floor` (no limiter: a hook that answers every request with the 429 this package sends) | `erl` (express-rate-limit + rate-limit-redis)
  *                    | `rlf` (rate-limiter-flexible RateLimiterRedis) | `frl` (@fastify/rate-limit)
  * - BENCH_LIMIT, BENCH_WINDOW_MS: the same limit for every limiter
@@ -29,6 +30,8 @@ const windowMs = Number(process.env.BENCH_WINDOW_MS ?? 60_000);
 const redisPort = Number(process.env.BENCH_REDIS_PORT ?? 6379);
 const clusterPorts = (process.env.BENCH_REDIS_CLUSTER ?? '').split(',').filter(Boolean).map(Number);
 const peerClient = process.env.BENCH_PEER_CLIENT ?? 'default';
+/** The algorithm of this package's limiter: the sliding window unless the limiter's name says another. */
+const algorithm = ({ swlfw: 'fixed-window', swltb: 'token-bucket', swlsl: 'sliding-log' } as const)[limiterName] ?? 'sliding-window';
 /** Each server counts under its own key prefix, so no two share (or clobber) a key. */
 const prefix = process.env.BENCH_PREFIX ?? `${framework}-${limiterName}`;
 
@@ -57,7 +60,7 @@ async function connect(options: RedisOptions): Promise<Redis> {
   return client;
 }
 
-/** This package's client for limiter `swl`, `swlap` or `swlnr`. */
+/** This package's client for limiter `swl`, `swlap`, `swlnr` or another algorithm's. */
 async function storeClient(): Promise<RedisStoreClient> {
   if (limiterName === 'swlnr' && clusterPorts.length > 0) {
     const cluster = createCluster({
@@ -75,7 +78,7 @@ async function storeClient(): Promise<RedisStoreClient> {
     await client.connect();
     return client;
   }
-  return connect(limiterName === 'swl' ? RECOMMENDED_CLIENT : WITH_AUTOPIPELINING);
+  return connect(limiterName === 'swlap' ? WITH_AUTOPIPELINING : RECOMMENDED_CLIENT);
 }
 
 function peerOptions(): RedisOptions {
@@ -196,11 +199,15 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
       break;
     case 'swl':
     case 'swlap':
-    case 'swlnr': {
+    case 'swlnr':
+    case 'swlfw':
+    case 'swltb':
+    case 'swlsl': {
       const { rateLimitPlugin, RedisStore } = await import('../src/fastify');
       const client = await storeClient();
       await app.register(rateLimitPlugin, {
         store: new RedisStore({ client }),
+        algorithm,
         limit,
         window: windowMs,
         prefix,
