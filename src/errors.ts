@@ -89,6 +89,11 @@ export class StoreError extends Error {
   }
 }
 
+/** The {@link StoreError} of Redis's error reply `text`, whose first word is its `reply` unless another is given. */
+export function storeErrorOf(text: string, options?: { cause?: unknown }, reply = /^[A-Z]+/.exec(text)?.[0] ?? 'ERR'): StoreError {
+  return new StoreError(reply, `Redis answered with an error: ${text}`, options);
+}
+
 /**
  * The store failed too often in a row: the limiter's circuit breaker answers at once, without
  * the store, until a probe check succeeds. `cause` is the failure that opened it.

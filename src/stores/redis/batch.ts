@@ -4,7 +4,7 @@
  */
 import type { CheckScript, RawReply } from '../../algorithms/types';
 import { callEach, type Done } from '../../async';
-import { StoreError } from '../../errors';
+import { storeErrorOf } from '../../errors';
 import { batchArgv, batchReply, FAILED_CHECK, type ScriptCall, scriptArgv } from '../../protocol';
 import { sameTiers, type Tier } from '../../tiers';
 import { slotOf } from './cluster-slot';
@@ -26,17 +26,20 @@ export interface ClusterRouting {
   /** What the client puts before every key it sends (ioredis's `keyPrefix`), so Redis hashes it too. */
   readonly keyPrefix: string;
   /**
-   * The node serving `slot` in the client's slot map, when it is connected and takes node
-   * batches; `undefined` otherwise (the batch then goes per slot).
+   * The node serving `slot` in the client's slot map, when it is connected; `undefined` otherwise
+   * (the batch then goes per slot).
    */
   nodeOf(slot: number): ClusterNode | undefined;
   /** Runs a check script's node batch on `node` (ARGV from `batchArgv` with keys, prefixed). */
   runOnNode(node: ClusterNode, script: CheckScript, argv: readonly string[]): Promise<unknown>;
 }
 
-/** The node does not run node batches (before Redis 7, no `allow-cross-slot-keys`): nothing ran, send per slot. */
-export class NodeBatchUnsupportedError extends Error {
-  override readonly name = 'NodeBatchUnsupportedError';
+/**
+ * Redis could not take a node batch script's first line (`#!lua flags=...`): a server older than
+ * Redis 7, which has no script flags. Nothing ran; the batch goes again per slot, and every later one too.
+ */
+function withoutScriptFlags(error: unknown): boolean {
+  return error instanceof Error && /shebang|compiling script/i.test(error.message);
 }
 
 /**
@@ -85,6 +88,8 @@ export class CheckBatcher {
   private scheduled = false;
   /** Epoch ms until which node batches pause (see {@link NODE_BATCH_PAUSE_MS}); 0 when they do not. */
   private nodeBatchesPausedUntil = 0;
+  /** False once Redis refused a node batch script's flags: batches go per slot from then on. */
+  private nodeBatches = true;
 
   constructor(private readonly sender: BatchSender) {}
 
@@ -148,6 +153,7 @@ export class CheckBatcher {
   }
 
   private nodeBatchesPaused(): boolean {
+    if (!this.nodeBatches) return true;
     if (this.nodeBatchesPausedUntil === 0) return false;
     if (Date.now() < this.nodeBatchesPausedUntil) return true;
     this.nodeBatchesPausedUntil = 0;
@@ -191,7 +197,7 @@ export class CheckBatcher {
           if (text.startsWith(FAILED_CHECK)) {
             const message = text.slice(FAILED_CHECK.length);
             if (notServedHere(message)) elsewhere.push(entry);
-            else entry.done(new StoreError(/^[A-Z]+/.exec(message)?.[0] ?? 'ERR', `Redis answered with an error: ${message}`));
+            else entry.done(storeErrorOf(message));
             return;
           }
           answer(entry, text);
@@ -201,8 +207,12 @@ export class CheckBatcher {
         for (const ofSlot of groupBySlot(elsewhere)) this.send(script, ofSlot);
       },
       (error: unknown) => {
-        if (error instanceof NodeBatchUnsupportedError) for (const ofSlot of groupBySlot(group)) this.send(script, ofSlot);
-        else callEach(group, (entry) => entry.done(error));
+        if (!withoutScriptFlags(error)) {
+          callEach(group, (entry) => entry.done(error));
+          return;
+        }
+        this.nodeBatches = false;
+        for (const ofSlot of groupBySlot(group)) this.send(script, ofSlot);
       },
     );
   }

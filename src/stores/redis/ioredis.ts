@@ -7,17 +7,9 @@
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError, warn } from '../../errors';
 import { dryRunArgIndex } from '../../protocol';
-import { type ClusterNode, type ClusterRouting, NodeBatchUnsupportedError } from './batch';
+import type { ClusterNode, ClusterRouting } from './batch';
 import { readMemoryPolicy } from './memory-policy';
-import {
-  isNoScript,
-  isUnsupportedShebang,
-  type RedisClientAdapter,
-  rethrowStoreFailure,
-  type ScriptKind,
-  scriptKindOf,
-  shaOf,
-} from './redis-client';
+import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, scriptKindOf, shaOf } from './redis-client';
 
 /** The parts of an ioredis `Redis` or `Cluster` this package uses. */
 export interface IoredisClient {
@@ -125,20 +117,14 @@ function clusterRouting(cluster: IoredisCluster): ClusterRouting {
   cluster.on('-node', (node) => {
     if (nodes.get(keyOf(node)) === node) nodes.delete(keyOf(node));
   });
-  let supported = true;
   const routing: ClusterRouting = {
     keyPrefix: cluster.options.keyPrefix ?? '',
     nodeOf: (slot) => {
       const address = cluster.slots[slot]?.[0];
-      const node = supported && address !== undefined ? nodes.get(address) : undefined;
+      const node = address === undefined ? undefined : nodes.get(address);
       return node?.status === 'ready' ? node : undefined;
     },
-    runOnNode: (node: ClusterNode, script, argv) =>
-      evaluate(node as IoredisNode, script.nodeBatchLua, 'batch', [], argv).then(undefined, (error: unknown) => {
-        if (!isUnsupportedShebang(error)) throw error;
-        supported = false;
-        throw new NodeBatchUnsupportedError('Redis runs no scripts with flags (Redis 7 does): checks batched per slot');
-      }),
+    runOnNode: (node: ClusterNode, script, argv) => evaluate(node as IoredisNode, script.nodeBatchLua, 'batch', [], argv),
   };
   routings.set(cluster, routing);
   return routing;

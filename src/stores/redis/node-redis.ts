@@ -8,17 +8,9 @@
 import { setMaxListeners } from 'node:events';
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError } from '../../errors';
-import { type ClusterNode, type ClusterRouting, NodeBatchUnsupportedError } from './batch';
+import type { ClusterNode, ClusterRouting } from './batch';
 import { readMemoryPolicy } from './memory-policy';
-import {
-  isNoScript,
-  isUnsupportedShebang,
-  type RedisClientAdapter,
-  rethrowStoreFailure,
-  type ScriptKind,
-  shaOf,
-  storeFailure,
-} from './redis-client';
+import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, shaOf, storeFailure } from './redis-client';
 
 /**
  * The command options this package passes to node-redis: an `AbortSignal`, an empty type
@@ -252,7 +244,6 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
   };
   const evaluate = (lua: string, kind: ScriptKind, keys: readonly string[], argv: readonly (string | number)[]) =>
     evaluateWith(send, lua, kind, keys, argv);
-  let nodeBatches = true;
   /**
    * Node batches on a node-redis cluster: the master of a slot from the cluster's slot map, and
    * its client once connected. A node batch is sent to that client directly, since a call without
@@ -262,16 +253,12 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
     ? {
         keyPrefix: '',
         nodeOf: (slot) => {
-          const node = nodeBatches ? (client as NodeRedisCluster).slots?.[slot]?.master?.client : undefined;
+          const node = (client as NodeRedisCluster).slots?.[slot]?.master?.client;
           return node?.isReady === true ? node : undefined;
         },
         runOnNode: (node: ClusterNode, script, argv) => {
           const toNode: Send = (_key, args, options) => (node as NodeRedisClient).sendCommand(args, options);
-          return evaluateWith(toNode, script.nodeBatchLua, 'batch', [], argv).then(undefined, (error: unknown) => {
-            if (!isUnsupportedShebang(error)) throw error;
-            nodeBatches = false;
-            throw new NodeBatchUnsupportedError('Redis runs no scripts with flags (Redis 7 does): checks batched per slot');
-          });
+          return evaluateWith(toNode, script.nodeBatchLua, 'batch', [], argv);
         },
       }
     : undefined;

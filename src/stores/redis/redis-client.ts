@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { CheckScript } from '../../algorithms/types';
-import { RateLimitTimeoutError, StoreError, StoreUnavailableError } from '../../errors';
+import { RateLimitTimeoutError, StoreError, StoreUnavailableError, storeErrorOf } from '../../errors';
 import type { ClusterRouting } from './batch';
 
 export interface RedisClientAdapter {
@@ -50,14 +50,6 @@ export function scriptKindOf(bodyOrSha: string): ScriptKind | undefined {
   return kinds.get(bodyOrSha);
 }
 
-/**
- * Redis could not take a script's first line (`#!lua flags=...`): a server older than Redis 7,
- * which has no script flags. Nothing ran.
- */
-export function isUnsupportedShebang(error: unknown): boolean {
-  return error instanceof Error && /shebang|compiling script/i.test(error.message);
-}
-
 /** Redis answered that it does not hold the script (after a restart or `SCRIPT FLUSH`). */
 export function isNoScript(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT');
@@ -77,12 +69,12 @@ export function storeFailure(error: unknown): Error {
   const message = error instanceof Error ? error.message : String(error);
   const kind = error instanceof Error ? error.constructor.name : '';
   if (REPLY_ERRORS.has(kind) || (error instanceof Error && error.name === 'ReplyError')) {
-    return new StoreError(/^[A-Z]+/.exec(message)?.[0] ?? 'ERR', `Redis answered with an error: ${message}`, { cause: error });
+    return storeErrorOf(message, { cause: error });
   }
   // An ioredis Cluster that gave up following redirections (TRYAGAIN while a slot's keys are
   // split by a migration) names Redis's last reply in its message: Redis answered, with that error.
   const redirected = /^Too many Cluster redirections\. Last error: ReplyError: ([A-Z]+)/.exec(message);
-  if (redirected !== null) return new StoreError(redirected[1], `Redis answered with an error: ${message}`, { cause: error });
+  if (redirected !== null) return storeErrorOf(message, { cause: error }, redirected[1]);
   return new StoreUnavailableError(`Redis is unavailable: ${message}`, { cause: error });
 }
 

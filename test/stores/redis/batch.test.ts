@@ -7,8 +7,9 @@
  * same paths against a real cluster are in cluster-batch.test.ts, except the Redis 6 fallback.
  */
 import { ALGORITHMS, type RawReply } from '../../../src/algorithms';
+import { StoreError } from '../../../src/errors';
 import { FAILED_CHECK, NODE_BATCH_SLOT, type ScriptCall, scriptArgv } from '../../../src/protocol';
-import { type BatchSender, CheckBatcher, NodeBatchUnsupportedError, RepeatedCheckArgv } from '../../../src/stores/redis/batch';
+import { type BatchSender, CheckBatcher, RepeatedCheckArgv } from '../../../src/stores/redis/batch';
 
 /** A check's call, from its inputs in ARGV order. */
 function call(
@@ -133,9 +134,18 @@ describe('CheckBatcher on a Cluster', () => {
   });
 
   test('a node without script flags (before Redis 7): the checks go again per slot, answered once each', async () => {
-    const { batchSender, sent } = sender(() => Promise.reject(new NodeBatchUnsupportedError('no flags')));
-    expect(await checkAll(new CheckBatcher(batchSender), keys)).toEqual(keys.map((key) => [1, key.length, 0]));
-    expect(sent).toEqual(['node a b c a', 'slot a a', 'one b', 'one c']);
+    // What Redis 6 answers to the script's first line, as the client adapters report it.
+    const refusal = new StoreError(
+      'ERR',
+      "Redis answered with an error: ERR Error compiling script (new function): user_script:1: unexpected symbol near '#'",
+    );
+    const { batchSender, sent } = sender(() => Promise.reject(refusal));
+    const batcher = new CheckBatcher(batchSender);
+    expect(await checkAll(batcher, keys)).toEqual(keys.map((key) => [1, key.length, 0]));
+    expect(sent.splice(0)).toEqual(['node a b c a', 'slot a a', 'one b', 'one c']);
+    // And no node batch is tried again.
+    expect(await checkAll(batcher, keys)).toEqual(keys.map((key) => [1, key.length, 0]));
+    expect(sent).toEqual(['slot a a', 'one b', 'one c']);
   });
 
   test('a check that failed for another reason fails alone, coded; one the node does not serve goes again alone', async () => {
