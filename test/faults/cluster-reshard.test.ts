@@ -69,6 +69,18 @@ async function identifiersByNode(prefix: string, perNode: number): Promise<Map<n
   return byNode;
 }
 
+/** One turn of checks, one per identifier: what each got, an allowed or denied decision or an error's code and reply. */
+function oneTurn(limiter: Limiter, ids: readonly string[]): Promise<string[]> {
+  return Promise.all(
+    ids.map((id) =>
+      limiter.check(id).then(
+        (decision) => (decision.allowed ? 'allowed' : 'denied'),
+        (error: { code?: string; reply?: string }) => `${error.code} ${error.reply}`,
+      ),
+    ),
+  );
+}
+
 async function timed(limiter: Limiter, id: string): Promise<{ decision?: Decision; error?: string; ms: number }> {
   const started = performance.now();
   try {
@@ -154,16 +166,7 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
       const source = await admin.ownerOf(slot);
       const to = admin.nodes.find((node) => node.port !== source)!;
       const sourceNode = admin.nodes.find((node) => node.port === source)!;
-      /** One turn of checks, one per identifier: what each got, an allowed decision or an error's code. */
-      const turn = async () =>
-        Promise.all(
-          ids.map((id) =>
-            limiter.check(id).then(
-              (decision) => (decision.allowed ? 'allowed' : 'denied'),
-              (error: { code?: string; reply?: string }) => `${error.code} ${error.reply}`,
-            ),
-          ),
-        );
+      const turn = () => oneTurn(limiter, ids);
       const answers: string[][] = [await turn()];
       await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceNode.id);
       await sourceNode.redis.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id);
@@ -220,15 +223,7 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
       const movingKeys = moving.map((id) => limiter.keyFor(id));
       const to = admin.nodes.find((node) => node.port !== source)!;
       const sourceNode = admin.nodes.find((node) => node.port === source)!;
-      const turn = async () =>
-        Promise.all(
-          ids.map((id) =>
-            limiter.check(id).then(
-              (decision) => (decision.allowed ? 'allowed' : 'denied'),
-              (error: { code?: string; reply?: string }) => `${error.code} ${error.reply}`,
-            ),
-          ),
-        );
+      const turn = () => oneTurn(limiter, ids);
       const scriptErrors = async () => Number(/total_error_replies:(\d+)/.exec(await sourceNode.redis.info('stats'))?.[1]);
       const answers: string[][] = [await turn()];
       await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceNode.id);
