@@ -24,10 +24,11 @@ export type SlidingLogState = Stored<number[]>;
 const ZADD_BATCH = 500;
 
 const LUA_ENTRIES = `
--- Adds units log entries at now, named 'time:sequence' from the sequence kept in the member '#'.
-local function addEntries(key, now, units)
-  local last = -tonumber(redis.call('ZINCRBY', key, -units, '#'))
-  local first = last - units + 1
+-- Adds units log entries at now, named 'time:sequence', the sequences following lastSequence; the
+-- same ZADD scores the member '#' minus the last sequence used.
+local function addEntries(key, now, units, lastSequence)
+  local last = lastSequence + units
+  local first = lastSequence + 1
   while first <= last do
     local args = {}
     local stop = math.min(last, first + ${ZADD_BATCH - 1})
@@ -35,15 +36,38 @@ local function addEntries(key, now, units)
       args[#args + 1] = now
       args[#args + 1] = string.format('%d:%d', now, sequence)
     end
+    if stop == last then
+      args[#args + 1] = -last
+      args[#args + 1] = '#'
+    end
     redis.call('ZADD', key, unpack(args))
     first = stop + 1
   end
 end
--- The end of the identifier's block: the member '!', scored minus that moment; 0 for none.
-local function blockedUntilOf(key)
-  local marker = redis.call('ZSCORE', key, '!')
-  if marker then return -tonumber(marker) end
-  return 0
+-- The head of the log at key, from its first three members (the markers' scores are negative,
+-- so they come first): the end of its block (the member '!', scored minus that moment; 0 for
+-- none), its last sequence (the member '#', scored minus it; 0 for none), how many of the two
+-- it holds, and the time of its oldest entry (nil for none).
+local function headOf(key)
+  local head = redis.call('ZRANGE', key, 0, 2, 'WITHSCORES')
+  local blockedUntil, lastSequence, markers, oldestAt = 0, 0, 0, nil
+  for i = 1, #head, 2 do
+    local member, score = head[i], tonumber(head[i + 1])
+    if member == '!' then
+      blockedUntil, markers = -score, markers + 1
+    elseif member == '#' then
+      lastSequence, markers = -score, markers + 1
+    elseif not oldestAt then
+      oldestAt = score
+    end
+  end
+  return blockedUntil, lastSequence, markers, oldestAt
+end
+-- The time of the oldest entry of the log (after its markers), or nil.
+local function oldestOf(key, markers)
+  local oldest = redis.call('ZRANGE', key, markers, markers, 'WITHSCORES')
+  if oldest[2] then return tonumber(oldest[2]) end
+  return nil
 end
 `;
 
@@ -54,23 +78,39 @@ const CHECK = checkLua(
   -- unit, the member '#' scored minus the last sequence used, and, while blocked, the member '!'
   -- scored minus the end of the block; expires one longest window after the last counting check
   -- (or when a longer block ends).
-  local blockedUntil = blockedUntilOf(key)
+  local blockedUntil, lastSequence, markers, oldestAt = headOf(key)
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
-  if not dryRun then redis.call('ZREMRANGEBYSCORE', key, 0, now - longest) end
+  -- The oldest entry tells whether there is anything to trim, and which tiers hold every entry.
+  if oldestAt and oldestAt <= now - longest and not dryRun then
+    redis.call('ZREMRANGEBYSCORE', key, 0, now - longest)
+    oldestAt = oldestOf(key, markers)
+  end
   local function lower(window)
     if now - window < 0 then return 0 end
     return '(' .. (now - window)
   end
+  -- A tier whose window holds the oldest entry holds them all: its count is the log's size.
+  local function holdsAll(window)
+    return oldestAt == nil or oldestAt > now - window
+  end
+  local size
+  if oldestAt == nil then size = 0 end
   local counts = {}
   local allowed = 1
   for i = 1, tiers do
-    counts[i] = redis.call('ZCOUNT', key, lower(windows[i]), '+inf')
+    if holdsAll(windows[i]) then
+      if not size then size = redis.call('ZCARD', key) - markers end
+      counts[i] = size
+    else
+      counts[i] = redis.call('ZCOUNT', key, lower(windows[i]), '+inf')
+    end
     if counts[i] + cost > limits[i] then allowed = 0 end
   end
   if blocked then allowed = 0 end
-  if allowed == 1 and cost > 0 and not dryRun then
-    addEntries(key, now, cost)
+  local counted = allowed == 1 and cost > 0 and not dryRun
+  if counted then
+    addEntries(key, now, cost, lastSequence)
     for i = 1, tiers do counts[i] = counts[i] + cost end
     if blockedUntil > 0 then redis.call('ZREM', key, '!') end
     redis.call('PEXPIRE', key, longest)
@@ -89,6 +129,12 @@ const CHECK = checkLua(
   local function waitFor(i, units)
     local excess = counts[i] + units - limits[i]
     if excess <= 0 then return 0 end
+    if excess == 1 and holdsAll(windows[i]) then
+      -- The first entry to leave is the oldest one, or this check's own.
+      local first = oldestAt
+      if counted and (first == nil or now < first) then first = now end
+      if first then return first + windows[i] - now end
+    end
     local oldest = redis.call('ZRANGEBYSCORE', key, lower(windows[i]), '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
     return tonumber(oldest[2]) + windows[i] - now
   end
@@ -167,9 +213,9 @@ if actualCost < cost then
 elseif actualCost > cost then
   charged = actualCost - cost
   if not dryRun then
-    local blockedUntil = blockedUntilOf(key)
+    local blockedUntil, lastSequence = headOf(key)
     redis.call('ZREMRANGEBYSCORE', key, 0, now - longest)
-    addEntries(key, now, charged)
+    addEntries(key, now, charged, lastSequence)
     if blockedUntil > 0 and blockedUntil <= now then redis.call('ZREM', key, '!') end
     local ttl = redis.call('PTTL', key)
     if ttl < longest then ttl = longest end
