@@ -169,7 +169,8 @@ function inOrder(fields: Readonly<Record<string, number>>, skip: string[] = []):
  * The Lua half of the protocol, part of every script: `readArgs(argv)` decodes one call's
  * arguments into the locals {@link LUA_ARGS} declares (`readLease` the lease slots), `checkReply`,
  * `pushTier` and `pushLease` build a check's reply, `settleReply` a settle's, `leaseChangeReply` a
- * release's or renewal's.
+ * release's or renewal's. The checks of a batch that share one argv table share what `readArgs`
+ * decoded from it, its `limits` and `windows` tables included: script bodies only read them.
  *
  * Without an injected clock the script takes the time from Redis `TIME`, read once per script
  * run, so the checks of a batch are decided at one instant and app servers with skewed clocks
@@ -178,7 +179,13 @@ function inOrder(fields: Readonly<Record<string, number>>, skip: string[] = []):
  */
 export const LUA_PROTOCOL = `
 local timeOfRun
+-- The last answer of readArgs and the argv table it read: the checks of a batch usually share one.
+local lastArgv, lastArgs
 local function readArgs(argv)
+  if argv == lastArgv then
+    local a = lastArgs
+    return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]
+  end
   local now = tonumber(argv[${ARGV_SLOT.now}]) or timeOfRun
   if not now then
     local time = redis.call('TIME')
@@ -192,8 +199,11 @@ local function readArgs(argv)
     windows[i] = tonumber(argv[${FIRST_TIER_SLOT - 1} + 2 * i])
     if windows[i] > longest then longest = windows[i] end
   end
-  return now, tonumber(argv[${ARGV_SLOT.cost}]), argv[${ARGV_SLOT.dryRun}] == '1', tonumber(argv[${ARGV_SLOT.blockFor}]),
-    tonumber(argv[${ARGV_SLOT.countedAt}]), tonumber(argv[${ARGV_SLOT.actualCost}]), tiers, limits, windows, longest
+  lastArgv = argv
+  lastArgs = { now, tonumber(argv[${ARGV_SLOT.cost}]), argv[${ARGV_SLOT.dryRun}] == '1', tonumber(argv[${ARGV_SLOT.blockFor}]),
+    tonumber(argv[${ARGV_SLOT.countedAt}]), tonumber(argv[${ARGV_SLOT.actualCost}]), tiers, limits, windows, longest }
+  local a = lastArgs
+  return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]
 end
 local function checkReply(${inOrder(REPLY, ['firstTier'])})
   return { ${inOrder(REPLY, ['firstTier'])} }

@@ -79,7 +79,11 @@ local reply
 if tiers == 0 then
   reply = checkReply(1 - refused, now, 0)
 else
-  if refused == 1 then argv[${ARGV_SLOT.dryRun}] = '1' end
+  if refused == 1 then
+    -- The tiers as a dry run, from a changed copy: readArgs remembers what it read from argv.
+    argv = { unpack(argv) }
+    argv[${ARGV_SLOT.dryRun}] = '1'
+  end
   reply = check(KEYS[1], argv)
   if refused == 1 then reply[${REPLY.allowed + 1}] = 0 end
 end
