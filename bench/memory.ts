@@ -5,7 +5,8 @@
  * script once per identifier for 1,000,000 distinct identifiers (pipelined through ioredis,
  * batches of 1,000 calls of the command registered with `defineCommand`, as RedisStore
  * does), and compare `used_memory` from `INFO memory` before and after. Keys are built by
- * the limiter's own `keyFor`. Writes bench/memory-results.md.
+ * the limiter's own `keyFor`. Then the same for each peer library's Redis store, driven through its
+ * own API with the same key strings. Writes bench/memory-results.md.
  *
  * Environment: BENCH_IDS (default 1000000), BENCH_OUT (default bench/memory-results.md; `-` for none).
  */
@@ -225,6 +226,104 @@ async function measureWhatIf(client: Redis, whatIf: WhatIf, value: string): Prom
   return ((await usedMemory(client)) - before) / IDS;
 }
 
+/**
+ * A peer library's Redis store: counts one request for `ip` through the library's own API, under the
+ * key `rl:ip:<ip>` (the key this package's limiter uses, so rows differ by what is stored, not by
+ * key length), limit and window as this package's rows.
+ */
+interface Peer {
+  name: string;
+  /** The key a library's defaults give, for the table. */
+  defaultKey: string;
+  create(client: Redis): Promise<(ip: string) => Promise<unknown>>;
+}
+
+const PEER_PREFIX = `${PREFIX}:ip:`;
+const WINDOW_MS = 60_000;
+
+const PEERS: readonly Peer[] = [
+  {
+    name: '@fastify/rate-limit (its RedisStore)',
+    defaultKey: 'fastify-rate-limit-<ip>',
+    create: async (client) => {
+      const { default: FastifyRedisStore } = (await import('@fastify/rate-limit/store/RedisStore.js' as string)) as {
+        default: new (
+          continueExceeding: boolean,
+          exponentialBackoff: boolean,
+          redis: Redis,
+          key: string,
+        ) => { incr(ip: string, done: (error: Error | null) => void, timeWindow: number, max: number): void };
+      };
+      const store = new FastifyRedisStore(false, false, client, PEER_PREFIX);
+      return (ip) => new Promise<void>((done, fail) => store.incr(ip, (error) => (error ? fail(error) : done()), WINDOW_MS, LIMIT));
+    },
+  },
+  {
+    name: 'rate-limiter-flexible (RateLimiterRedis)',
+    defaultKey: 'rlflx:<ip>',
+    create: async (client) => {
+      const { RateLimiterRedis } = await import('rate-limiter-flexible');
+      // keyPrefix joins the key with ':'.
+      const limiter = new RateLimiterRedis({ storeClient: client, points: LIMIT, duration: WINDOW_MS / 1000, keyPrefix: `${PREFIX}:ip` });
+      return (ip) => limiter.consume(ip);
+    },
+  },
+  {
+    name: 'express-rate-limit with rate-limit-redis',
+    defaultKey: 'rl:<ip>',
+    create: async (client) => {
+      const { RedisStore } = await import('rate-limit-redis');
+      const store = new RedisStore({
+        prefix: PEER_PREFIX,
+        sendCommand: (command: string, ...args: string[]) => client.call(command, ...args) as never,
+      });
+      store.init({ windowMs: WINDOW_MS } as never);
+      return (ip) => store.increment(ip);
+    },
+  },
+];
+
+interface PeerRow {
+  name: string;
+  defaultKey: string;
+  perIdentifier: number;
+  keys: number;
+  sampleKey: string;
+  sampleValue: string;
+  encoding: string;
+  ttl: number;
+}
+
+/** One request for each of the identifiers through a peer's store, this many in flight. */
+const PEER_IN_FLIGHT = 1000;
+
+async function measurePeer(client: Redis, peer: Peer): Promise<PeerRow> {
+  const count = await peer.create(client);
+  await count('10.255.255.255');
+  await client.flushall();
+  await settle(client);
+  const before = await usedMemory(client);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < IDS) await count(identifier(next++).slice('ip:'.length));
+  };
+  await Promise.all(Array.from({ length: PEER_IN_FLIGHT }, worker));
+  await settle(client);
+  const after = await usedMemory(client);
+  const keys = await client.dbsize();
+  const sampleKey = `${PEER_PREFIX}${identifier(Math.floor(IDS / 2)).slice('ip:'.length)}`;
+  return {
+    name: peer.name,
+    defaultKey: peer.defaultKey,
+    perIdentifier: (after - before) / IDS,
+    keys,
+    sampleKey,
+    sampleValue: JSON.stringify(await client.get(sampleKey)),
+    encoding: String(await client.call('OBJECT', 'ENCODING', sampleKey)),
+    ttl: await client.pttl(sampleKey),
+  };
+}
+
 /** The commit measured, and any uncommitted changes under src/ (the scripts come from the working tree). */
 function gitState(): string {
   try {
@@ -256,6 +355,7 @@ async function main(): Promise<void> {
   const rows: Row[] = [];
   const whatIfs: { name: string; bytes: number }[] = [];
   const bucketWhatIfs: { name: string; bytes: number; encoding: string }[] = [];
+  const peerRows: PeerRow[] = [];
   try {
     for (const variant of VARIANTS) {
       process.stderr.write(
@@ -280,6 +380,12 @@ async function main(): Promise<void> {
         process.stderr.write(`what if (token bucket): ${bytes.toFixed(1)} bytes, ${encoding}: ${whatIf.name}\n`);
         bucketWhatIfs.push({ name: whatIf.name, bytes, encoding });
       }
+    }
+    for (const peer of PEERS) {
+      process.stderr.write(`${peer.name}: ${IDS.toLocaleString('en-US')} identifiers... `);
+      const row = await measurePeer(client, peer);
+      process.stderr.write(`${row.perIdentifier.toFixed(1)} bytes each\n`);
+      peerRows.push(row);
     }
   } finally {
     await client.quit().catch(() => undefined);
@@ -319,6 +425,30 @@ async function main(): Promise<void> {
     const met = sliding.perIdentifier <= TARGET_SLIDING_WINDOW;
     lines.push(
       `Target for the sliding window (one request per identifier, ${WINDOW} window): ≤ ${TARGET_SLIDING_WINDOW} bytes per identifier: **${met ? 'met' : 'missed'}** (${sliding.perIdentifier.toFixed(1)} bytes).`,
+      '',
+    );
+  }
+  if (peerRows.length > 0) {
+    lines.push('## The peer libraries', '');
+    lines.push(
+      `Each peer's Redis store, driven through its own API (${PEER_IN_FLIGHT.toLocaleString('en-US')} calls in flight) with the same ${IDS.toLocaleString('en-US')} identifiers, limit ${LIMIT} per ${WINDOW}, one request each, and the same key strings as this package (\`${PEER_PREFIX}<ip>\`): the rows differ by what is stored, not by the key. Each peer keeps a fixed window: one counter per identifier, with a TTL.`,
+      '',
+    );
+    lines.push(
+      "| library | bytes per identifier | keys | sample key | sample value | `OBJECT ENCODING` | PTTL of the sample (ms) | key with the library's default prefix |",
+    );
+    lines.push('| --- | ---: | ---: | --- | --- | --- | ---: | --- |');
+    for (const row of peerRows) {
+      lines.push(
+        `| ${row.name} | **${row.perIdentifier.toFixed(1)}** | ${row.keys.toLocaleString('en-US')} | \`${row.sampleKey}\` | \`${row.sampleValue}\` | ${row.encoding} | ${row.ttl} | \`${row.defaultKey}\` |`,
+      );
+    }
+    lines.push('');
+    lines.push(
+      "Reading: a counter below 10,000 is one of the integer objects Redis shares between keys (unless `maxmemory` is set with an LRU or LFU policy), so a peer's value costs no allocation of its own; " +
+        'the rest (key, dictionary entries, TTL) is what every string key pays. ' +
+        "This package's sliding window keeps two windows' counts and the window index in one string of at most 12 characters, " +
+        `${sliding ? `${(sliding.perIdentifier - Math.min(...peerRows.map((row) => row.perIdentifier))).toFixed(1)} bytes per identifier more than the thriftiest peer's single count` : 'against the single count of a peer'}.`,
       '',
     );
   }
