@@ -150,9 +150,28 @@ function persistingNodeRedis(redis: RedisClientType, ttl: { last: number | undef
 
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
-const STORE_CLIENTS: [string, (ttl: { last: number | undefined }) => RedisStoreClient][] = [
-  ['ioredis', (ttl) => persistingClient(client, ttl)],
-  ['node-redis', (ttl) => persistingNodeRedis(nodeRedis, ttl)],
+/**
+ * The PTTL the last persisted script call found, shared by the persisting clients below. Each
+ * client is wrapped once: a store on a new wrapper of the same client would add its connection
+ * listeners to that client again.
+ */
+const ttl: { last: number | undefined } = { last: undefined };
+let wrappedIoredis: Redis | undefined;
+let wrappedNodeRedis: RedisClientType | undefined;
+
+function persistingIoredis(): Redis {
+  wrappedIoredis ??= persistingClient(client, ttl);
+  return wrappedIoredis;
+}
+
+function persistingNodeRedisClient(): RedisClientType {
+  wrappedNodeRedis ??= persistingNodeRedis(nodeRedis, ttl);
+  return wrappedNodeRedis;
+}
+
+const STORE_CLIENTS: [string, () => RedisStoreClient][] = [
+  ['ioredis', persistingIoredis],
+  ['node-redis', persistingNodeRedisClient],
 ];
 
 describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
@@ -161,8 +180,8 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
       const seed = 0x5eed + ALGORITHMS.indexOf(algorithm);
       const random = seeded(seed);
       const counts = { steps: 0, allowed: 0, denied: 0, peeks: 0, multiTier: 0, writes: 0, resets: 0, refunds: 0, ownLimits: 0, blocks: 0 };
-      const ttl: { last: number | undefined } = { last: undefined };
-      const redisClientWithTtl = persisting(ttl);
+      ttl.last = undefined;
+      const redisClientWithTtl = persisting();
       for (let config = 0; config < 12; config++) {
         const tiers = randomTiers(random, algorithm);
         // Start near a window boundary for some configurations and at small epoch values for others
@@ -295,8 +314,8 @@ describe.each(ALGORITHMS)('%s with a concurrency bound: RedisStore and MemorySto
     const seed = 0x1ea5e + ALGORITHMS.indexOf(algorithm);
     const random = seeded(seed);
     const counts = { steps: 0, allowed: 0, refusedByBound: 0, refusedByRate: 0, released: 0, releasedGone: 0, renewed: 0, renewedGone: 0 };
-    const ttl: { last: number | undefined } = { last: undefined };
-    const redisStore = new RedisStore({ client: persistingClient(client, ttl) });
+    ttl.last = undefined;
+    const redisStore = new RedisStore({ client: persistingIoredis() });
     for (let config = 0; config < 9; config++) {
       const rateless = config % 3 === 0;
       const tiers = randomTiers(random, algorithm);
