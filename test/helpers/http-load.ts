@@ -123,7 +123,11 @@ export function get(port: number, headers: Record<string, string> = {}, path = '
  * `idOf(client)`) until `stop()` is called; `done` resolves with every sample. Bounded:
  * a client never has more than one request in flight.
  */
-export function load(port: number, concurrency: number, idOf: (client: number) => string): { stop(): void; done: Promise<Sample[]> } {
+export function load(
+  port: number,
+  concurrency: number,
+  idOf: (client: number) => string,
+): { stop(): void; done: Promise<Sample[]>; readonly samples: readonly Sample[] } {
   let running = true;
   const samples: Sample[] = [];
   const client = async (index: number): Promise<void> => {
@@ -135,6 +139,8 @@ export function load(port: number, concurrency: number, idOf: (client: number) =
       running = false;
     },
     done,
+    /** The answers so far, in the order they came. */
+    samples,
   };
 }
 
