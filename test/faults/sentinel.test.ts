@@ -3,11 +3,11 @@
  * timeoutMs 250, failing open), a replica promoted by one Sentinel (quorum 1, down after 500 ms),
  * with ioredis (`sentinels` and `name`) and node-redis (`createSentinel()`).
  *
- * Proves: every request is answered within timeoutMs and a margin; no READONLY (or any Redis error
- * reply) reaches the app; limiting resumes on the new master by itself, at most the breaker's
- * longest open interval after checks through the client succeed again; and the new master's count
- * of each identifier first used after the kill is exactly what it allowed: nothing failed during
- * the switch was counted later.
+ * Proves: every request is answered within timeoutMs, a margin and the event loop's longest stall;
+ * no READONLY (or any Redis error reply) reaches the app; limiting resumes on the new master by
+ * itself, at most the breaker's longest open interval after checks through the client succeed
+ * again; and the new master's count of each identifier first used after the kill is exactly what
+ * it allowed: nothing failed during the switch was counted later.
  */
 import { Redis } from 'ioredis';
 import { createSentinel } from 'redis';
@@ -15,7 +15,7 @@ import { createLimiter, RedisStore, type RedisStoreClient } from '../../src';
 import { DEFAULT_BREAKER_MAX_OPEN_MS } from '../../src/core/breaker';
 import { type RedisSentinelGroup, startSentinelGroup } from '../../support/redis-server';
 import { closeAgent, load, startApp } from '../helpers/http-load';
-import { watchUnhandledRejections } from '../helpers/process';
+import { monitorLoopDelay, watchUnhandledRejections } from '../helpers/process';
 import { disconnect, sleep, slidingWindowCount, waitFor } from '../helpers/redis-faults';
 
 const TIMEOUT_MS = 250;
@@ -58,6 +58,7 @@ describe.each(LIBRARIES)('%s', (library, connect) => {
     const group = await startSentinelGroup();
     const client = await connect(group);
     const rejections = watchUnhandledRejections();
+    const loopDelay = monitorLoopDelay();
     const codes = new Map<string, number>();
     const app = await startApp('express', {
       store: new RedisStore({ client }),
@@ -118,7 +119,10 @@ describe.each(LIBRARIES)('%s', (library, connect) => {
 
       expect(samples.every((sample) => sample.status === 200)).toBe(true);
       const maxMs = Math.max(...samples.map((sample) => sample.ms));
-      expect(maxMs).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
+      // The load clients share the server's event loop, which stalls for up to about 100 ms here
+      // while two Redis servers, a Sentinel and the clients share two cores: a stall delays an
+      // answer however quickly the limiter gives it.
+      expect(maxMs).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS + loopDelay.maxMs());
       expect(codes.has('SWL_STORE_ERROR')).toBe(false);
       for (const code of codes.keys()) expect(['SWL_STORE_UNAVAILABLE', 'SWL_TIMEOUT', 'SWL_CIRCUIT_OPEN']).toContain(code);
 
@@ -131,12 +135,13 @@ describe.each(LIBRARIES)('%s', (library, connect) => {
       }
       expect(rejections.reasons).toEqual([]);
       figures.push(
-        `  ${library}: ${samples.length} requests, max latency ${maxMs.toFixed(0)} ms, failover ${(promotedAt - killedAt).toFixed(0)} ms, ` +
+        `  ${library}: ${samples.length} requests, max latency ${maxMs.toFixed(0)} ms (event loop delayed ${loopDelay.maxMs().toFixed(0)} ms at most), failover ${(promotedAt - killedAt).toFixed(0)} ms, ` +
           `checks through the client succeeded again ${(backAt - promotedAt).toFixed(0)} ms after the promotion, limiting resumed ${(resumedAt - backAt).toFixed(0)} ms after that; failures ${JSON.stringify(Object.fromEntries(codes))}`,
       );
     } finally {
       await app.close();
       rejections.stop();
+      loopDelay.stop();
       inspect?.disconnect();
       if ('getMasterNode' in client) (client as unknown as { destroy(): void }).destroy();
       else disconnect(client);
