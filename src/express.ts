@@ -22,7 +22,7 @@ export interface ExpressRateLimitOptions extends HttpOptions<Request, Response> 
    * Answers a denied request yourself instead of the default 429. Headers and
    * `Retry-After` are already set when it is called.
    */
-  handler?: (request: Request, response: Response, next: NextFunction, decision: Decision) => void | Promise<void>;
+  handler?: ((request: Request, response: Response, next: NextFunction, decision: Decision) => void | Promise<void>) | undefined;
 }
 
 declare global {
@@ -33,7 +33,7 @@ declare global {
        * but a `Decision`: `identifier` for its `key`, `resetAt` (epoch ms) for its `resetTime`, and
        * `limit - remaining` for its `used` (docs/migrating.md).
        */
-      rateLimit?: Decision;
+      rateLimit?: Decision | undefined;
     }
   }
 }

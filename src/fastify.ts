@@ -36,7 +36,7 @@ export interface RouteRateLimitOptions extends HttpOptions<FastifyRequest, Fasti
    * denied request is answered before its body is read. `'preValidation'` or
    * `'preHandler'` run after body parsing, for a `cost` or `identify` that reads `request.body`.
    */
-  hook?: RateLimitHook;
+  hook?: RateLimitHook | undefined;
 }
 
 /** Options of {@link rateLimitPlugin}: the shared HTTP options, plus `global`. */
@@ -45,7 +45,7 @@ export interface FastifyRateLimitOptions extends RouteRateLimitOptions {
    * `true` (default): every route is limited unless its `config.rateLimit` is `false`.
    * `false`: only routes with a `config.rateLimit` object are limited.
    */
-  global?: boolean;
+  global?: boolean | undefined;
 }
 
 declare module 'fastify' {
@@ -56,7 +56,7 @@ declare module 'fastify' {
      * algorithm, store, prefix...) counts in its own key space, `<prefix>:<METHOD>:<url>`
      * unless it names its own prefix. HEAD counts as GET.
      */
-    rateLimit?: RouteRateLimitOptions | false;
+    rateLimit?: RouteRateLimitOptions | false | undefined;
   }
   interface FastifyRequest {
     /** The rate-limit decision for this request (`null` when it was not limited, skipped or the store failed). */

@@ -163,7 +163,7 @@ export interface HonoByIpOptions extends ByIpOptions {
    * The proxies trusted to set `X-Forwarded-For` (see {@link TrustProxy}). Default: none; the
    * client is the connection's peer, and `X-Forwarded-For` is never read.
    */
-  trustProxy?: TrustProxy;
+  trustProxy?: TrustProxy | undefined;
 }
 
 const BY_IP_OPTIONS = keysOf<HonoByIpOptions>({ ipv6Subnet: true, warnOnForwarded: true, trustProxy: true });

@@ -24,9 +24,9 @@ export interface MetricsHistogram {
 
 /** Options of an instrument, as `@opentelemetry/api` 1.3 and later take them (`advice` from 1.7; older meters ignore it). */
 export interface MetricsInstrumentOptions {
-  description?: string;
-  unit?: string;
-  advice?: { explicitBucketBoundaries?: number[] };
+  description?: string | undefined;
+  unit?: string | undefined;
+  advice?: { explicitBucketBoundaries?: number[] } | undefined;
 }
 
 /** What the limiter calls on a meter: `Meter` of `@opentelemetry/api`. */

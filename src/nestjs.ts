@@ -26,27 +26,27 @@ import { checkOptions, describeValue, keysOf, oneOf, optionalFunction } from './
 /** Options of {@link RatewardenThrottlerStorage}. The limits come from the throttlers, per call. */
 export interface RatewardenThrottlerStorageOptions {
   /** Where counts are kept: a `RedisStore`, or a `MemoryStore` (the default: a new one). */
-  store?: Store;
+  store?: Store | undefined;
   /** The algorithm every throttler counts with. Default `'sliding-window'`. */
-  algorithm?: AlgorithmName;
+  algorithm?: AlgorithmName | undefined;
   /** Prefix of every key: `<prefix>:<throttler name>:<the guard's key>`. Default `'throttler'`. */
-  prefix?: string;
+  prefix?: string | undefined;
   /** Longest wait for the store, in milliseconds. Default `500`. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** Entries of the local deny cache (see the core option); `0` turns it off. Default `10_000`. */
-  denyCacheSize?: number;
+  denyCacheSize?: number | undefined;
   /** A clock returning epoch milliseconds, for tests. Default: Redis `TIME` (or `Date.now()` in memory). */
-  clock?: () => number;
+  clock?: (() => number) | undefined;
   /** OpenTelemetry metrics of the checks (see the core option `metrics`). Default: none. */
-  metrics?: MetricsOption;
+  metrics?: MetricsOption | undefined;
   /**
    * When the store fails or times out: `'open'` (default) lets the request through (the guard
    * sees a fresh count), `'closed'` rejects `increment`, so the guard throws and NestJS answers
    * with its exception handling (500 unless a filter of yours maps the error).
    */
-  failMode?: Exclude<FailMode, 'local'>;
+  failMode?: Exclude<FailMode, 'local'> | undefined;
   /** Called with a store failure (instead of the `SWL_STORE_FAILING` warning), and the guard's key. */
-  onError?: (error: unknown, key: string) => void;
+  onError?: ((error: unknown, key: string) => void) | undefined;
 }
 
 const OPTIONS = keysOf<RatewardenThrottlerStorageOptions>({

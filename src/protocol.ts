@@ -59,7 +59,7 @@ export interface ScriptCall {
   readonly actualCost: number;
   readonly tiers: readonly Tier[];
   /** The lease a check takes (with `concurrency`), or that a release or renewal names; none otherwise. */
-  readonly lease?: LeaseCall;
+  readonly lease?: LeaseCall | undefined;
 }
 
 /** A call's ARGV, as {@link LUA_PROTOCOL}'s `readArgs` decodes it. */

@@ -13,14 +13,14 @@ export interface TierOptions {
   /** Most units of cost allowed per window: a positive integer. */
   limit: number;
   /** Window length: milliseconds, or a string such as `'1s'`, `'1m'`, `'1h'`, `'1d'`. Default `'1m'`. */
-  window?: Duration;
+  window?: Duration | undefined;
 }
 
 /** The options that choose the tiers: `limits`, or `limit` and `window`. */
 export interface TierChoice {
-  readonly limit?: number;
-  readonly window?: Duration;
-  readonly limits?: readonly TierOptions[];
+  readonly limit?: number | undefined;
+  readonly window?: Duration | undefined;
+  readonly limits?: readonly TierOptions[] | undefined;
 }
 
 export const DEFAULT_LIMIT = 100;

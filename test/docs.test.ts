@@ -1,6 +1,6 @@
 /**
  * The documentation, kept honest: every TypeScript block of README.md and docs/*.md compiles
- * (strict, module nodenext) against the package's built types, the README stays a front door
+ * (with the checks `tsc --init` turns on, module nodenext) against the package's built types, the README stays a front door
  * of at most 2,500 words whose relative links resolve inside the published package, the table
  * of codes in docs/reference.md lists exactly the codes of src/errors.ts, and the links between
  * the guides point to files and headings that exist.
@@ -160,7 +160,12 @@ describe('documentation', () => {
     const program = ts.createProgram(
       blocks.map((block) => block.file),
       {
+        // The checks `tsc --init` turns on (TypeScript 5.9), so a block compiles in a new project.
         strict: true,
+        exactOptionalPropertyTypes: true,
+        noUncheckedIndexedAccess: true,
+        verbatimModuleSyntax: true,
+        isolatedModules: true,
         module: ts.ModuleKind.NodeNext,
         moduleResolution: ts.ModuleResolutionKind.NodeNext,
         target: ts.ScriptTarget.ES2022,

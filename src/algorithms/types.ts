@@ -25,7 +25,7 @@ export interface ScriptArgs {
   readonly actualCost: number;
   readonly tiers: readonly Tier[];
   /** The lease a check takes, or that a release or renewal names (see `lease.ts`). */
-  readonly lease?: LeaseCall;
+  readonly lease?: LeaseCall | undefined;
 }
 
 /** The TypeScript twin's result: the reply, and the state to keep (undefined: delete it). */
@@ -35,7 +35,7 @@ export interface MemoryResult<State> {
   /** Epoch ms after which the state may be dropped, like the Redis key's expiry; undefined keeps the current expiry. */
   readonly expiresAt: number | undefined;
   /** The state must live at least until then (a block): the expiry is raised to it when lower. */
-  readonly minExpiresAt?: number;
+  readonly minExpiresAt?: number | undefined;
 }
 
 /**

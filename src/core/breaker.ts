@@ -10,14 +10,14 @@ import { checkOptions, describeValue, keysOf, positiveInteger } from '../validat
 /** Options of a limiter's circuit breaker (`breaker`); `false` turns it off. */
 export interface BreakerOptions {
   /** Consecutive store timeouts that open the breaker (a failure that comes at once spares no wait, and does not count). Default `5`. */
-  failures?: number;
+  failures?: number | undefined;
   /**
    * Milliseconds the breaker stays open the first time, before one check goes through as a
    * probe; each failed probe doubles it, up to `maxOpenMs`. Default `500`.
    */
-  openMs?: number;
+  openMs?: number | undefined;
   /** The longest the breaker stays open between two probes, in milliseconds: how late limiting can resume after the store is back. Default `5000`. */
-  maxOpenMs?: number;
+  maxOpenMs?: number | undefined;
 }
 
 export const DEFAULT_BREAKER_FAILURES = 5;

@@ -12,51 +12,51 @@ import type { BreakerOptions } from './breaker';
 /** Options of {@link createLimiter}. */
 export interface LimiterOptions {
   /** Where counts are kept: a `RedisStore`, or a `MemoryStore` (the default: a new one per limiter). */
-  store?: Store;
+  store?: Store | undefined;
   /** Most units of cost allowed per `window`: a positive integer. Default `100`. Use either `limit`/`window` or `limits`. */
-  limit?: number;
+  limit?: number | undefined;
   /** Window length: milliseconds or a string such as `'1s'`, `'1m'`, `'1h'`, `'1d'`. Default `'1m'`. */
-  window?: Duration;
+  window?: Duration | undefined;
   /**
    * Several limits enforced together, e.g. `[{ limit: 10, window: '1s' }, { limit: 1000, window: '1h' }]`.
    * All are checked and counted in one atomic step: a request denied by any tier is counted by none.
    */
-  limits?: readonly TierOptions[];
+  limits?: readonly TierOptions[] | undefined;
   /**
    * `'sliding-window'` (default): the sliding window counter, two counters per tier, close to exact.
    * `'fixed-window'`: one counter per window, cheapest, but lets up to twice the limit through around
    * a window boundary. `'sliding-log'`: exact, one entry per counted unit; for billing or very small limits.
    */
-  algorithm?: AlgorithmName;
+  algorithm?: AlgorithmName | undefined;
   /** Prefix of every key this limiter writes: `${prefix}:${identifier}`. Default `'rl'`. Give each limiter its own. */
-  prefix?: string;
+  prefix?: string | undefined;
   /**
    * A clock returning epoch milliseconds, for tests. Without it the Redis script reads the
    * time from Redis itself (`TIME`), so app servers with skewed clocks agree.
    */
-  clock?: () => number;
+  clock?: (() => number) | undefined;
   /** Longest wait for the store, in milliseconds, before a check fails with a `RateLimitTimeoutError`. Default `500`. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /**
    * Size of the local deny cache: identifiers that were denied are answered from this
    * process, without a store round trip, until the moment they can be allowed again.
    * Exact, because a denied identifier's estimate can only fall with time. `0` turns it off. Default `10_000`.
    */
-  denyCacheSize?: number;
+  denyCacheSize?: number | undefined;
   /**
    * A penalty: once an identifier is denied, refuse it for this long from that denial, whatever
    * its counts say (milliseconds or a duration string). The block is kept in the identifier's own
    * key by the script that denied, so every process sharing the store refuses it at once, and it
    * survives restarts; `reset()` lifts it. Default: no block.
    */
-  blockFor?: Duration;
+  blockFor?: Duration | undefined;
   /**
    * Shadow mode: check and count every request exactly as if the limit were enforced, but mark
    * every decision `shadow: true`; the HTTP adapters then never refuse a request (and send no
    * rate-limit headers unless `headers` is set). For watching a new limit before enforcing it.
    * Default `false`.
    */
-  shadow?: boolean;
+  shadow?: boolean | undefined;
   /**
    * Most requests in progress at once per identifier, across every process sharing the store: a
    * check that is allowed takes a lease (`decision.lease`), to be released when the request is over
@@ -66,13 +66,13 @@ export interface LimiterOptions {
    * only. Its keys are then `{<prefix>:<identifier>}` and `{<prefix>:<identifier>}:leases`, one
    * Cluster slot. Default: no bound.
    */
-  concurrency?: number;
+  concurrency?: number | undefined;
   /**
    * How long a lease lives unless renewed or released (milliseconds or a duration string): a slot
    * held by a process that died comes back after this. The HTTP adapters renew the lease of a
    * request still in progress every `leaseMs / 2`. Default `'60s'`.
    */
-  leaseMs?: Duration;
+  leaseMs?: Duration | undefined;
   /**
    * Records OpenTelemetry metrics of this limiter's checks: an `@opentelemetry/api` MeterProvider
    * (its meter named `ratewarden` is used) or a Meter. Three instruments: `ratewarden.decisions`
@@ -82,7 +82,7 @@ export interface LimiterOptions {
    * `error.type`). No identifier, URL or other unbounded value becomes an attribute. Default: no
    * metrics, and nothing recorded.
    */
-  metrics?: MetricsOption;
+  metrics?: MetricsOption | undefined;
   /**
    * The circuit breaker of store calls: after `failures` consecutive store timeouts, checks fail at once with a `CircuitOpenError` (`SWL_CIRCUIT_OPEN`) instead of each
    * waiting up to `timeoutMs`, for `openMs`; then one check goes through as a probe: its success
@@ -92,25 +92,25 @@ export interface LimiterOptions {
    * `RedisStore`; off by default on a Redis Cluster, where one breaker would refuse every node's
    * checks for one dead node.
    */
-  breaker?: BreakerOptions | false;
+  breaker?: BreakerOptions | false | undefined;
 }
 
 /** Options of one {@link Limiter.check} or {@link Limiter.peek}. */
 export interface CheckOptions {
   /** Units this request consumes: an integer from 0 to the smallest limit. Default `1`. */
-  cost?: number;
+  cost?: number | undefined;
   /**
    * This call's limit, e.g. from the caller's plan. With a one-tier limiter it replaces that
    * tier's limit (and `window` its window); with several tiers give both, or `limits`.
    * Counts belong to the identifier, not to the limit: a new limit applies to what was already counted.
    */
-  limit?: number;
+  limit?: number | undefined;
   /** This call's window (see `limit`). */
-  window?: Duration;
+  window?: Duration | undefined;
   /** This call's tiers, replacing the limiter's. Tiers are matched to what is stored by position (see docs/algorithms.md). */
-  limits?: readonly TierOptions[];
+  limits?: readonly TierOptions[] | undefined;
   /** This call's bound on requests in progress, replacing the limiter's; only on a limiter with `concurrency`. */
-  concurrency?: number;
+  concurrency?: number | undefined;
 }
 
 /** Options of {@link Limiter.wait}: a check's options, and how long to wait at most. */
@@ -120,9 +120,9 @@ export interface WaitOptions extends CheckOptions {
    * rejects at once with a `WaitExceededError` (`SWL_WAIT_EXCEEDED`) instead of sleeping. Default:
    * no bound.
    */
-  maxWaitMs?: number;
+  maxWaitMs?: number | undefined;
   /** Aborts the wait: the call rejects with the signal's reason, and leaves no timer behind. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /** A request in progress under a `concurrency` bound: the slot it holds, until released or expired. */
@@ -229,9 +229,9 @@ export interface Decision {
    * `retryAfterMs` `Infinity`: no wait is known, it depends on requests ending. On a denial from
    * the deny cache (`cached`), the figures are those the store reported when it denied.
    */
-  readonly concurrency?: ConcurrencyDecision;
+  readonly concurrency?: ConcurrencyDecision | undefined;
   /** The slot an allowed check took, on a limiter with `concurrency` (not for a peek): release it when the request is over. */
-  readonly lease?: Lease;
+  readonly lease?: Lease | undefined;
 }
 
 /** A configured rate limiter. Create with {@link createLimiter}. */

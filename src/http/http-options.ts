@@ -22,11 +22,11 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
    * `(req) => (req.user?.plan === 'pro' ? 1000 : 100)`. Default `100`. Counts belong to the
    * identifier, not to the limit: a client whose limit changes keeps what it has used.
    */
-  limit?: number | ((request: Req) => Awaitable<number>);
+  limit?: (number | ((request: Req) => Awaitable<number>)) | undefined;
   /** Window length (`'1m'`, milliseconds...), or a function of the request. Default `'1m'`. */
-  window?: Duration | ((request: Req) => Awaitable<Duration>);
+  window?: (Duration | ((request: Req) => Awaitable<Duration>)) | undefined;
   /** Several tiers instead of `limit`/`window`, or a function of the request returning them. */
-  limits?: readonly TierOptions[] | ((request: Req) => Awaitable<readonly TierOptions[]>);
+  limits?: (readonly TierOptions[] | ((request: Req) => Awaitable<readonly TierOptions[]>)) | undefined;
   /**
    * Most requests in progress at once per identifier, across every process sharing the store: a
    * positive integer, or a function of the request. An allowed request holds a lease from its check
@@ -36,29 +36,29 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
    * the rate tiers in one atomic step. Without `limit`, `window` or `limits`, only this bound applies
    * (and no rate-limit headers are sent). Default: no bound.
    */
-  concurrency?: number | ((request: Req) => Awaitable<number>);
+  concurrency?: (number | ((request: Req) => Awaitable<number>)) | undefined;
   /** Status of a request refused by `concurrency`. Default `429`. */
-  concurrencyStatusCode?: number;
+  concurrencyStatusCode?: number | undefined;
   /**
    * Who a request counts against: a function, or a list tried in order (first non-empty
    * answer wins), e.g. `[byApiKey(), byIp()]`. Default `byIp()`. Requests that nothing
    * identifies share the single identifier `anonymous`.
    */
-  identify?: IdentifyOption<Req>;
+  identify?: IdentifyOption<Req> | undefined;
   /** Units a request consumes: a number, or a function of the request. Default `1`. */
-  cost?: number | ((request: Req) => Awaitable<number>);
+  cost?: (number | ((request: Req) => Awaitable<number>)) | undefined;
   /** Return true to let a request through without counting it (health checks, allow-lists). */
-  skip?: (request: Req) => Awaitable<boolean>;
+  skip?: ((request: Req) => Awaitable<boolean>) | undefined;
   /**
    * Give back what a request counted once its response shows it succeeded, e.g. to limit
    * failed logins only. The request is counted when it arrives (so a burst cannot slip past
    * the limit) and refunded after. Default `false`.
    */
-  skipSuccessfulRequests?: boolean;
+  skipSuccessfulRequests?: boolean | undefined;
   /** Give back what a request counted once its response shows it failed; a client that went away counts as failed. Default `false`. */
-  skipFailedRequests?: boolean;
+  skipFailedRequests?: boolean | undefined;
   /** Whether a finished request succeeded, for the two options above. Default: its status is below 400. */
-  requestWasSuccessful?: (request: Req, response: Res) => Awaitable<boolean>;
+  requestWasSuccessful?: ((request: Req, response: Res) => Awaitable<boolean>) | undefined;
   /**
    * What a request actually cost, known once its response is over (tokens used, rows exported,
    * bytes streamed). The request is checked on arrival with `cost` (then an estimate or a
@@ -70,13 +70,13 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
    * say. A request `skipSuccessfulRequests` / `skipFailedRequests` gives back is settled to 0 instead.
    * A non-negative integer; anything else goes to `onError` and the request keeps what it counted.
    */
-  costAfter?: (request: Req, response: Res, finished: boolean) => Awaitable<number>;
+  costAfter?: ((request: Req, response: Res, finished: boolean) => Awaitable<number>) | undefined;
   /** Which rate-limit headers to send: `'legacy'` (default), `'draft-6'`, `'draft-7'`, `'ietf'`, several, a custom function, or `false`. */
-  headers?: HeadersOption;
+  headers?: HeadersOption | undefined;
   /** For the legacy `X-RateLimit-Reset`: `'epoch'` seconds (default) or `'delta'` seconds from now. */
-  resetFormat?: ResetFormat;
+  resetFormat?: ResetFormat | undefined;
   /** Status of a denied request. Default `429`. */
-  statusCode?: number;
+  statusCode?: number | undefined;
   /**
    * Body of a denied request: a string (sent as text), an object (sent as JSON) or a function
    * of the request and decision returning either. Default
@@ -84,19 +84,19 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
    * Fastify, `preSerialization` hooks and a reply serializer see only a `message` object
    * (`onSend` hooks see every body).
    */
-  message?: string | object | ((request: Req, decision: Decision) => Awaitable<string | object>);
+  message?: (string | object | ((request: Req, decision: Decision) => Awaitable<string | object>)) | undefined;
   /** Called with every decision (allowed or denied), e.g. for metrics. `decision.ratio` is `estimated / limit`. */
-  onDecision?: (decision: Decision, request: Req) => void;
+  onDecision?: ((decision: Decision, request: Req) => void) | undefined;
   /** Called only for decisions whose `ratio` lies inside `nearLimitBand`: where an estimate can be wrong. */
-  onNearLimit?: (decision: Decision, request: Req) => void;
+  onNearLimit?: ((decision: Decision, request: Req) => void) | undefined;
   /** The `[low, high]` band of `ratio` for `onNearLimit`. Default `[0.9, 1.1]`. */
-  nearLimitBand?: readonly [number, number];
+  nearLimitBand?: readonly [number, number] | undefined;
   /**
    * Called when the store fails or times out, or the circuit breaker answers without it (the
    * request is then handled by `failMode`), when one of the app's own functions above throws or
    * rejects (the request then goes to the framework's error handling), or when a refund fails.
    */
-  onError?: (error: unknown, request: Req) => void;
+  onError?: ((error: unknown, request: Req) => void) | undefined;
   /**
    * What to do with a request when the store fails or times out (or the circuit breaker answers
    * without it):
@@ -109,7 +109,7 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
    *   limit. Once the store answers again, it decides again, and the local counts are dropped, not
    *   merged into it; a late count in the store is given back.
    */
-  failMode?: FailMode;
+  failMode?: FailMode | undefined;
 }
 
 /** What to do with a request when the store fails or times out. */

@@ -6,9 +6,9 @@ import { checkOptions, describeValue, keysOf } from '../validate';
 
 /** The parts of an Express `Request` or Fastify `FastifyRequest` the built-in identifiers read. */
 export interface RequestLike {
-  ip?: string;
+  ip?: string | undefined;
   headers: Record<string, string | string[] | undefined>;
-  socket?: { remoteAddress?: string };
+  socket?: { remoteAddress?: string | undefined } | undefined;
 }
 
 /**
@@ -40,7 +40,7 @@ export interface ByIpOptions {
    * by rotating through the addresses of its allocation (commonly a /56 or /64). A number
    * from 1 to 128, or `false` to use full addresses. Default `56`.
    */
-  ipv6Subnet?: number | false;
+  ipv6Subnet?: number | false | undefined;
   /**
    * Warn, once per process each, about a proxy setting that defeats the limit:
    *
@@ -53,7 +53,7 @@ export interface ByIpOptions {
    *
    * The header never decides the identifier. Default `true`.
    */
-  warnOnForwarded?: boolean;
+  warnOnForwarded?: boolean | undefined;
 }
 
 /** Whether the untrusted-proxy warning was emitted in this process. */
@@ -158,7 +158,7 @@ export function byUser<Req = RequestLike>(userId: (request: Req) => IdentifierAn
 /** Options of {@link byApiKey}. */
 export interface ByApiKeyOptions {
   /** The request header holding the key. Default `'x-api-key'`. */
-  header?: string;
+  header?: string | undefined;
 }
 
 /**

@@ -10,13 +10,13 @@ export interface MemoryStoreOptions {
    * Most identifiers kept at once. Past it, the least recently used identifier is
    * forgotten (and so starts again from a full quota). Default `100_000`.
    */
-  maxKeys?: number;
+  maxKeys?: number | undefined;
   /**
    * How often expired entries are swept, in milliseconds; `0` disables the timer (expired
    * entries are then dropped only when read or evicted). Default `1000`. The timer never
    * keeps the process alive.
    */
-  sweepIntervalMs?: number;
+  sweepIntervalMs?: number | undefined;
 }
 
 interface Entry {

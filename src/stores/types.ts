@@ -27,7 +27,7 @@ export interface Store {
   /** Whether the limiter must bound this store's calls with a timer. False for stores that answer synchronously. */
   readonly needsTimeout: boolean;
   /** Whether keys live on several servers (a Redis Cluster): the limiter's circuit breaker is then off unless asked for. */
-  readonly sharded?: boolean;
+  readonly sharded?: boolean | undefined;
 }
 
 /** A store that can also answer a check through a callback, as `RedisStore` does: the limiter's hot path then builds no promise. */

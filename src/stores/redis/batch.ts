@@ -15,7 +15,7 @@ export interface BatchSender {
   /** Keys of one slot, declared: the client routes (and redirects) the call by its first key. */
   many(script: CheckScript, keys: readonly string[], argv: readonly string[]): Promise<unknown>;
   /** Present when keys live on several nodes (a Cluster). */
-  readonly cluster?: ClusterRouting;
+  readonly cluster?: ClusterRouting | undefined;
 }
 
 /** A Cluster node, as the client adapter knows it: opaque here. */

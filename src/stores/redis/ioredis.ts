@@ -15,7 +15,7 @@ import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKi
 export interface IoredisClient {
   readonly status: string;
   /** `true` on a `Cluster`, whose keys live on several nodes. */
-  readonly isCluster?: boolean;
+  readonly isCluster?: boolean | undefined;
   evalsha(sha: string, numberOfKeys: number, ...args: (string | number)[]): Promise<unknown>;
   eval(lua: string, numberOfKeys: number, ...args: (string | number)[]): Promise<unknown>;
   del(...keys: string[]): Promise<number>;
@@ -24,13 +24,13 @@ export interface IoredisClient {
 
 /** The parts of an ioredis node (a `Redis` of a `Cluster`'s pool) a node batch uses. */
 interface IoredisNode extends IoredisClient {
-  readonly options: { readonly host?: string; readonly port?: number };
+  readonly options: { readonly host?: string | undefined; readonly port?: number | undefined };
 }
 
 /** The parts of an ioredis `Cluster` its routing uses: its slot map (node keys `host:port`, master first) and nodes. */
 interface IoredisCluster {
   readonly slots: readonly (readonly string[] | undefined)[];
-  readonly options: { readonly keyPrefix?: string };
+  readonly options: { readonly keyPrefix?: string | undefined };
   nodes(role: 'all'): IoredisNode[];
   on(event: '+node' | '-node', listener: (node: IoredisNode) => void): unknown;
 }

@@ -19,9 +19,9 @@ import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKi
  * Node.js `AbortSignal` type.
  */
 export interface NodeRedisCommandOptions {
-  abortSignal?: { readonly aborted: boolean };
-  typeMapping?: object;
-  timeout?: number;
+  abortSignal?: { readonly aborted: boolean } | undefined;
+  typeMapping?: object | undefined;
+  timeout?: number | undefined;
 }
 
 /** The parts of a node-redis client (`createClient()`, node-redis 5 or 6) this package uses. */
@@ -38,7 +38,7 @@ export interface NodeRedisClient {
 export interface NodeRedisCluster {
   readonly isOpen: boolean;
   /** Absent before node-redis 5.1 or so: `isOpen` stands in for it. */
-  readonly isReady?: boolean;
+  readonly isReady?: boolean | undefined;
   readonly masters: readonly unknown[];
   /** Per slot, its master: with its client once connected (node-redis 5 and 6 document `slots` and `nodeClient`). */
   readonly slots?: readonly ({ readonly master?: { readonly client?: NodeRedisClient } } | undefined)[];

@@ -23,7 +23,7 @@ export interface RedisClientAdapter {
   /** Whether keys live on several nodes (a Cluster): then a batch holds the keys of one slot only. */
   readonly cluster: boolean;
   /** On a Cluster: the slots and nodes of keys, for batches per node (see `batch.ts`). */
-  readonly routing?: ClusterRouting;
+  readonly routing?: ClusterRouting | undefined;
 }
 
 /** A script of this package is called on one key (a check or a settle), or on many (a batch of checks). */
