@@ -1,14 +1,13 @@
 /**
  * Hono middleware (Hono 4, served by @hono/node-server): framework glue over the shared HTTP
  * path. The request and the response are both Hono's `Context`; the IP comes from the connection
- * (`getConnInfo`), and from `X-Forwarded-For` only as far as `byIp({ trustProxy })` says.
+ * (as @hono/node-server's `getConnInfo` reads it), and from `X-Forwarded-For` only as far as `byIp({ trustProxy })` says.
  *
  * @example
  * import { byIp, rateLimit } from 'ratewarden/hono';
  * app.use(rateLimit({ store, limit: 100, window: '1m', identify: byIp() }));
  * app.get('/search', rateLimit({ store, limit: 10, window: '1s', prefix: 'search' }), search);
  */
-import { getConnInfo } from '@hono/node-server/conninfo';
 import type { Context, MiddlewareHandler } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { Decision, Limiter } from './core/types';
@@ -179,18 +178,25 @@ function warnUntrustedForwarded(peer: string): void {
   );
 }
 
-/** The address of the connection's peer, as @hono/node-server tells it. */
+/** What @hono/node-server puts in `c.env`: Node's request (under `server` when the app is mounted with its own bindings). */
+interface NodeBindings {
+  readonly incoming?: { readonly socket?: { readonly remoteAddress?: string | undefined } | undefined } | undefined;
+  readonly server?: NodeBindings | undefined;
+}
+
+/**
+ * The address of the connection's peer, read where @hono/node-server keeps Node's request (as
+ * its `getConnInfo` does, without importing it: the adapter loads on runtimes without it).
+ */
 function peerAddress(c: Context): string | undefined {
-  let address: string | undefined;
-  try {
-    address = getConnInfo(c).remote.address;
-  } catch (error) {
+  const env = c.env as NodeBindings | undefined;
+  const socket = (env?.server ?? env)?.incoming?.socket;
+  if (socket === undefined) {
     throw new Error(
-      "ratewarden/hono: byIp() reads the client's address from @hono/node-server (getConnInfo), and this request did not come through it; on another runtime, pass identify",
-      { cause: error },
+      "ratewarden/hono: byIp() reads the client's address from @hono/node-server (Node's request in c.env), and this request did not come through it; on another runtime, pass identify",
     );
   }
-  return address;
+  return socket.remoteAddress;
 }
 
 /** The client's address: `peer`, or, through trusted proxies, an address of `X-Forwarded-For`. */

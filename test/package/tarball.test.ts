@@ -5,7 +5,7 @@
  *
  * - `full`: with express, fastify, ioredis and their types: all three entries type-checked
  *   with module nodenext and with moduleResolution bundler, and a RedisStore over ioredis;
- * - `bare`: the tarball alone, as a MemoryStore user installs it;
+ * - `bare`: the tarball alone, as a MemoryStore user installs it (ratewarden/hono loads there too);
  * - `redis`: with node-redis (`redis`) and @types/node, without ioredis: a RedisStore over a
  *   node-redis client and cluster, made and type-checked;
  * - `frameworks`: with NestJS 12 (ES modules only, which Jest cannot load) and @nestjs/throttler 6,
@@ -204,6 +204,7 @@ describe('the packed tarball, installed with npm', () => {
           for (const file of ['nest12.mjs', 'hono.mjs', 'hono.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
           typeChecks[`${project}/frameworks`] = start(typeCheck(dir, 'frameworks'));
         }
+        if (project === 'bare') scripts['bare/hono-alone.mjs'] = start(runScript(dir, 'hono-alone.mjs'));
         if (project === 'redis') {
           for (const file of ['node-redis.mjs', 'node-redis.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
           typeChecks[`${project}/noderedis`] = start(typeCheck(dir, 'noderedis'));
@@ -292,6 +293,10 @@ describe('the packed tarball, installed with npm', () => {
       denied: [429, '120'],
       decisions: { allowed: 1, denied: 1 },
     });
+  });
+
+  test('ratewarden/hono loads without hono or @hono/node-server installed, from import and require', async () => {
+    expect(await scripts['bare/hono-alone.mjs']).toEqual({ esm: 'function', cjs: 'function' });
   });
 
   test('require gets the CommonJS builds of ratewarden/hono and ratewarden/nestjs', async () => {
