@@ -7,7 +7,7 @@ export const CODES = {
   SWL_INVALID_OPTIONS: 'An options argument is not an object.',
   SWL_UNKNOWN_OPTION: 'An options object has a key this package does not know: a misspelt option is never ignored.',
   SWL_CONFLICTING_OPTIONS: 'Two options that exclude each other were both given, such as `limits` with `limit` or `window`.',
-  SWL_INVALID_LIMIT: 'A limit is not a positive integer, `limits` is not a non-empty array of tiers, or limit x window is too large.',
+  SWL_INVALID_LIMIT: 'A limit is not a non-negative integer, `limits` is not a non-empty array of tiers, or limit x window is too large.',
   SWL_INVALID_DURATION: 'A duration (such as `window`) is neither a positive whole number of milliseconds nor a string like `1m`.',
   SWL_INVALID_COST:
     'A cost is not a non-negative integer, or a fixed `cost` option is above the smallest limit. (A cost computed per request or per call that can never fit is a denial, not an error.)',

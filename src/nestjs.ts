@@ -124,7 +124,8 @@ export class RatewardenThrottlerStorage implements ThrottlerStorage {
       totalHits: limit - remaining + 1,
       timeToExpire,
       isBlocked: true,
-      timeToBlockExpire: secondsUntil(now + decision.retryAfterMs, now),
+      // A limit of 0 is never passed: the guard, which needs a number, tells the client to come back in a ttl.
+      timeToBlockExpire: secondsUntil(now + (decision.retryAfterMs === Infinity ? window : decision.retryAfterMs), now),
     };
   }
 

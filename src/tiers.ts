@@ -1,6 +1,6 @@
 /** Tiers: the limits a limiter enforces together, from their options to their comparison. */
 import { OptionError } from './errors';
-import { checkOptions, type Duration, describeValue, keysOf, parseDuration, positiveInteger } from './validate';
+import { checkOptions, type Duration, describeValue, keysOf, parseDuration } from './validate';
 
 /** One limit of a limiter, resolved: at most `limit` units of cost per `window` milliseconds. */
 export interface Tier {
@@ -10,7 +10,7 @@ export interface Tier {
 
 /** One limit among several, as given in a `limits` option. */
 export interface TierOptions {
-  /** Most units of cost allowed per window: a positive integer. */
+  /** Most units of cost allowed per window: a non-negative integer (`0` refuses every cost). */
   limit: number;
   /** Window length: milliseconds, or a string such as `'1s'`, `'1m'`, `'1h'`, `'1d'`. Default `'1m'`. */
   window?: Duration | undefined;
@@ -57,7 +57,10 @@ export function resolveTiers(options: TierChoice): Tier[] {
 }
 
 function makeTier(limitOption: unknown, windowOption: unknown, path: string): Tier {
-  const limit = positiveInteger(limitOption, `${path}limit`, 'SWL_INVALID_LIMIT');
+  if (typeof limitOption !== 'number' || !Number.isSafeInteger(limitOption) || limitOption < 0) {
+    throw new OptionError('SWL_INVALID_LIMIT', `${path}limit: must be a non-negative integer, got ${describeValue(limitOption)}`);
+  }
+  const limit = limitOption;
   const window = parseDuration(windowOption, `${path}window`);
   // Scripts compare limit * window exactly in double precision.
   if (limit * window > Number.MAX_SAFE_INTEGER / 4) {
@@ -66,7 +69,7 @@ function makeTier(limitOption: unknown, windowOption: unknown, path: string): Ti
   return { limit, window };
 }
 
-/** The smallest limit among `tiers`: no single request may cost more. */
+/** The smallest limit among `tiers`: no single request may cost more. 0 when a tier refuses everything. */
 export function smallestLimit(tiers: readonly Tier[]): number {
   let smallest = Infinity;
   for (const tier of tiers) if (tier.limit < smallest) smallest = tier.limit;
@@ -78,6 +81,12 @@ export function longestWindow(tiers: readonly Tier[]): number {
   let longest = 0;
   for (const tier of tiers) if (tier.window > longest) longest = tier.window;
   return longest;
+}
+
+/** The tiers that give quota: a tier of limit 0 refuses every cost without asking the store. */
+export function tiersWithQuota(tiers: readonly Tier[]): readonly Tier[] {
+  for (const tier of tiers) if (tier.limit === 0) return tiers.filter((each) => each.limit > 0);
+  return tiers;
 }
 
 /** Whether two lists of tiers have the same limits and windows, in the same order. */

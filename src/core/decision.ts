@@ -132,7 +132,7 @@ export function neverAllowed(peek: Decision, cost: number): Decision {
     window: top.window,
     remaining: top.remaining,
     estimated: top.estimated,
-    ratio: top.estimated / top.limit,
+    ratio: ratioOf(top),
     resetAt: top.resetAt,
     retryAfterMs: Infinity,
     tier: binding,
@@ -140,4 +140,55 @@ export function neverAllowed(peek: Decision, cost: number): Decision {
     cost,
     counted: false,
   };
+}
+
+/** Used over allowed: `Infinity` for a tier of limit 0 (it allows nothing). */
+function ratioOf(tier: TierDecision): number {
+  return tier.limit === 0 ? Infinity : tier.estimated / tier.limit;
+}
+
+/**
+ * The decision of a call with tiers of limit 0, built on a peek (cost 0) of its other tiers, or
+ * on nothing when every tier is 0 (`peek` undefined). A tier of limit 0 keeps no count and is
+ * never sent to the store: it has 0 remaining, and a cost above 0 can never pass it.
+ */
+export function withoutQuota(
+  peek: Decision | undefined,
+  tiers: readonly Tier[],
+  { identifier, cost, now, shadow }: { identifier: string; cost: number; now: number; shadow: boolean },
+): Decision {
+  const tierDecisions: TierDecision[] = new Array(tiers.length);
+  let next = 0;
+  let binding = 0;
+  for (let i = 0; i < tiers.length; i++) {
+    const { limit, window } = tiers[i];
+    const at = peek?.now ?? now;
+    const tier =
+      limit === 0 ? { limit, window, estimated: 0, remaining: 0, retryAfterMs: 0, resetAt: at } : (peek as Decision).tiers[next++];
+    tierDecisions[i] = tier;
+    const best = tierDecisions[binding];
+    if (tier.retryAfterMs > best.retryAfterMs || (tier.retryAfterMs === best.retryAfterMs && tier.remaining < best.remaining)) binding = i;
+  }
+  const top = tierDecisions[binding];
+  const decision: Decision = {
+    allowed: peek?.allowed ?? true,
+    identifier,
+    limit: top.limit,
+    window: top.window,
+    remaining: top.remaining,
+    estimated: top.estimated,
+    ratio: ratioOf(top),
+    resetAt: top.resetAt,
+    retryAfterMs: peek?.retryAfterMs ?? 0,
+    tier: binding,
+    tiers: tierDecisions,
+    now: peek?.now ?? now,
+    cost,
+    counted: false,
+    blocked: peek?.blocked ?? false,
+    shadow,
+    cached: false,
+    concurrency: peek?.concurrency,
+  };
+  return cost > 0 ? neverAllowed(decision, cost) : decision;
 }

@@ -7,11 +7,11 @@ import { OptionError } from '../errors';
 import { LimiterMetrics } from '../metrics';
 import { LEASE_CHANGE_REPLY, type LeaseCall, type ScriptCall } from '../protocol';
 import type { CallbackStore, Store } from '../stores/types';
-import { resolveTiers, smallestLimit, type Tier } from '../tiers';
+import { resolveTiers, smallestLimit, type Tier, tiersWithQuota } from '../tiers';
 import { checkOptions, describeValue, type KnownKeys, keysOf, nonNegativeInteger, positiveInteger } from '../validate';
 import { CircuitBreaker } from './breaker';
 import { Deadlines } from './deadlines';
-import { blockedMsOf, decodeDecision, neverAllowed } from './decision';
+import { blockedMsOf, decodeDecision, neverAllowed, withoutQuota } from './decision';
 import { DenyCache } from './deny-cache';
 import { leaseKeyOf, rateKeyWithLeases, storeKey } from './keys';
 import { DEFAULT_COST, LIMITER_OPTIONS, type ResolvedLimiterOptions, resolveLimiterOptions, validateCost } from './limiter-options';
@@ -158,8 +158,9 @@ class RateLimiter implements LimiterCore {
       tiers: tiers ?? this.tiers,
       lease: this.leaseOf(concurrency),
     };
-    if (cost > (tiers === undefined ? this.smallestLimit : smallestLimit(tiers))) {
-      this.refuseOversized(identifier, key, call, done);
+    const smallest = tiers === undefined ? this.smallestLimit : smallestLimit(tiers);
+    if (cost > smallest || smallest === 0) {
+      this.decideBeyondLimits(identifier, key, call, done);
       return undefined;
     }
     return this.checkKey(identifier, key, call, done);
@@ -180,7 +181,9 @@ class RateLimiter implements LimiterCore {
     }
     // What the check counted: its cost if it counted (allowed, not a peek), else nothing.
     const counted = decision.counted ? decision.cost : 0;
-    if (actualCost === counted) return Promise.resolve();
+    // A tier of limit 0 keeps no count: there is nothing to charge or give back in it.
+    const tiers = tiersWithQuota(decision.tiers);
+    if (actualCost === counted || tiers.length === 0) return Promise.resolve();
     this.denyCache?.delete(key);
     const call: ScriptCall = {
       now: this.clock?.(),
@@ -189,7 +192,7 @@ class RateLimiter implements LimiterCore {
       blockFor: 0,
       countedAt: decision.now,
       actualCost,
-      tiers: decision.tiers,
+      tiers,
     };
     return this.bounded(this.store.settle(this.scripts, key, call)).then(() => {
       // A check in flight may have cached a denial the settlement has since made untrue.
@@ -257,7 +260,8 @@ class RateLimiter implements LimiterCore {
     const metrics = dryRun ? undefined : this.metrics;
     return new Promise((resolve, reject) => {
       const done = metrics === undefined ? settling(resolve, reject) : metrics.counting(settling<Decision>(resolve, reject));
-      if (cost > (tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers))) this.refuseOversized(identifier, key, call, done);
+      const smallest = tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers);
+      if (cost > smallest || smallest === 0) this.decideBeyondLimits(identifier, key, call, done);
       else {
         const cached = this.checkKey(identifier, key, call, done);
         if (cached !== undefined) resolve(metrics === undefined ? cached : (metrics.decided(cached) as Decision));
@@ -267,14 +271,25 @@ class RateLimiter implements LimiterCore {
 
   /**
    * A cost above the smallest limit can never be allowed: it is refused without counting (and
-   * without starting a block), with the identifier's counts as a peek sees them.
+   * without starting a block), with the identifier's counts as a peek sees them. A tier of limit
+   * 0 refuses every cost above 0: it is left out of the peek, and with no other tier the store is
+   * not asked at all.
    */
-  private refuseOversized(identifier: string, key: string, call: ScriptCall, done: Done<Decision>): void {
-    const peek: ScriptCall = { ...call, cost: 0, dryRun: true };
+  private decideBeyondLimits(identifier: string, key: string, call: ScriptCall, done: Done<Decision>): void {
+    const { tiers, cost } = call;
+    const withQuota = tiersWithQuota(tiers);
+    const context = { identifier, cost, now: call.now ?? Date.now(), shadow: this.shadow };
+    const decide =
+      withQuota === tiers ? (peek: Decision) => neverAllowed(peek, cost) : (peek: Decision) => withoutQuota(peek, tiers, context);
+    if (withQuota.length === 0) {
+      done(undefined, withoutQuota(undefined, tiers, context));
+      return;
+    }
+    const peek: ScriptCall = { ...call, cost: 0, dryRun: true, tiers: withQuota };
     const cached = this.checkKey(identifier, key, peek, (error, decision) =>
-      decision === undefined ? done(error) : done(undefined, neverAllowed(decision, call.cost)),
+      decision === undefined ? done(error) : done(undefined, decide(decision)),
     );
-    if (cached !== undefined) done(undefined, neverAllowed(cached, call.cost));
+    if (cached !== undefined) done(undefined, decide(cached));
   }
 
   /** The deny cache's answer if it holds one; else undefined, and `done` gets the store's. */

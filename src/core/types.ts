@@ -13,7 +13,10 @@ import type { BreakerOptions } from './breaker';
 export interface LimiterOptions {
   /** Where counts are kept: a `RedisStore`, or a `MemoryStore` (the default: a new one per limiter). */
   store?: Store | undefined;
-  /** Most units of cost allowed per `window`: a positive integer. Default `100`. Use either `limit`/`window` or `limits`. */
+  /**
+   * Most units of cost allowed per `window`: a non-negative integer. Default `100`. `0` refuses
+   * every request with a cost, without asking the store. Use either `limit`/`window` or `limits`.
+   */
   limit?: number | undefined;
   /** Window length: milliseconds or a string such as `'1s'`, `'1m'`, `'1h'`, `'1d'`. Default `'1m'`. */
   window?: Duration | undefined;

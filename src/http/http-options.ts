@@ -18,9 +18,10 @@ import { byIp, type IdentifyOption, resolveIdentify } from './identify';
  */
 export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'limit' | 'window' | 'limits' | 'concurrency'> {
   /**
-   * Most units of cost per `window`: a positive integer, or a function of the request, e.g.
-   * `(req) => (req.user?.plan === 'pro' ? 1000 : 100)`. Default `100`. Counts belong to the
-   * identifier, not to the limit: a client whose limit changes keeps what it has used.
+   * Most units of cost per `window`: a non-negative integer, or a function of the request, e.g.
+   * `(req) => (req.headers['x-plan'] === 'pro' ? 1000 : 100)`. Default `100`. Counts belong to
+   * the identifier, not to the limit: a client whose limit changes keeps what it has used. A
+   * limit of `0` refuses the request (429, without `Retry-After`: waiting would not help).
    */
   limit?: (number | ((request: Req) => Awaitable<number>)) | undefined;
   /** Window length (`'1m'`, milliseconds...), or a function of the request. Default `'1m'`. */
@@ -216,8 +217,10 @@ export function resolveHttpOptions<Req, Res>(
   const tiersOf = requestTiers(options);
   const smallest = smallestLimit(tiers);
   const cost = options.cost;
-  // With request-dependent tiers, a fixed cost above a request's smallest limit refuses that request.
-  const fixedCost = typeof cost === 'function' || cost === undefined ? DEFAULT_COST : validateCost(cost, tiersOf ? Infinity : smallest);
+  // With request-dependent tiers, a fixed cost above a request's smallest limit refuses that
+  // request; a limit of 0 refuses every request, whatever it costs.
+  const fixedCost =
+    typeof cost === 'function' || cost === undefined ? DEFAULT_COST : validateCost(cost, tiersOf || smallest === 0 ? Infinity : smallest);
   const skip = optionalFunction(options.skip, 'skip');
   const refundWhen = resolveRefund(options, statusOf);
   const costAfter = optionalFunction(options.costAfter, 'costAfter');

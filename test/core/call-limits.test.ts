@@ -168,7 +168,6 @@ describe.each(BACKENDS)('per-call limits on %s', (backend) => {
     });
 
     const INVALID: [string, unknown, string, string][] = [
-      ['limit 0', { limit: 0 }, 'limit', 'SWL_INVALID_LIMIT'],
       ['limit 1.5', { limit: 1.5 }, 'limit', 'SWL_INVALID_LIMIT'],
       ['a negative limit', { limit: -3 }, 'limit', 'SWL_INVALID_LIMIT'],
       ['a string limit', { limit: '5' }, 'limit', 'SWL_INVALID_LIMIT'],
@@ -181,7 +180,7 @@ describe.each(BACKENDS)('per-call limits on %s', (backend) => {
       ['limits with limit', { limits: [{ limit: 5, window: '1s' }], limit: 5 }, 'limits', 'SWL_CONFLICTING_OPTIONS'],
       ['limits with window', { limits: [{ limit: 5, window: '1s' }], window: '1s' }, 'limits', 'SWL_CONFLICTING_OPTIONS'],
       ['a tier that is not an object', { limits: [null] }, 'limits[0]', 'SWL_INVALID_LIMIT'],
-      ['a tier with limit 0', { limits: [{ limit: 0, window: '1s' }] }, 'limits[0].limit', 'SWL_INVALID_LIMIT'],
+      ['a tier with limit -1', { limits: [{ limit: -1, window: '1s' }] }, 'limits[0].limit', 'SWL_INVALID_LIMIT'],
       [
         'a second tier with a bad window',
         {
@@ -238,6 +237,47 @@ describe.each(BACKENDS)('per-call limits on %s', (backend) => {
       expect(await keys()).toEqual(EMPTY[backend]);
       expect(await limiter.check('u', { cost: 50, limit: 100 })).toMatchObject({ allowed: true, estimated: 50, remaining: 50 });
       expect(estimates(await limiter.check('v', { cost: 20, limits }))).toEqual([20, 20]);
+    });
+
+    test('a limit of 0 refuses every cost above 0 without counting, and the store never sees it', async () => {
+      const { limiter, keys } = setup({ limit: 10, window: '1m' });
+      const refused = await limiter.check('u', { limit: 0 });
+      expect(refused).toMatchObject({ allowed: false, counted: false, limit: 0, remaining: 0, estimated: 0, retryAfterMs: Infinity });
+      expect(refused.ratio).toBe(Infinity);
+      // A cost of 0 passes a limit of 0: there is nothing to count.
+      expect(await limiter.peek('u', { limit: 0, cost: 0 })).toMatchObject({ allowed: true, limit: 0, remaining: 0, retryAfterMs: 0 });
+      // Settling the refusal charges nothing: a tier of limit 0 keeps no count.
+      await limiter.settle('u', refused, 5);
+      expect(await keys()).toEqual(EMPTY[backend]);
+      expect(await limiter.check('u')).toMatchObject({ allowed: true, estimated: 1, remaining: 9 });
+      // Beside a tier with quota, the refusal binds on the 0 tier and shows the other tier's counts.
+      const limits = [
+        { limit: 5, window: '1m' },
+        { limit: 0, window: '1h' },
+      ];
+      const mixed = await limiter.check('u', { limits });
+      expect(mixed).toMatchObject({ allowed: false, counted: false, tier: 1, limit: 0, window: HOUR, retryAfterMs: Infinity });
+      expect(mixed.tiers.map((tier) => [tier.limit, tier.remaining, tier.retryAfterMs])).toEqual([
+        [5, 4, 0],
+        [0, 0, Infinity],
+      ]);
+      expect(await limiter.check('u')).toMatchObject({ allowed: true, estimated: 2 });
+    });
+
+    test('a limiter whose limit is 0 refuses everything, whatever the cost, and writes nothing', async () => {
+      const { limiter, keys } = setup({ limit: 0, window: '1m' });
+      for (const cost of [1, 7]) {
+        expect(await limiter.check('u', { cost })).toMatchObject({
+          allowed: false,
+          counted: false,
+          cost,
+          limit: 0,
+          retryAfterMs: Infinity,
+        });
+      }
+      expect(await limiter.check('u', { limit: 3 })).toMatchObject({ allowed: true, limit: 3, remaining: 2 });
+      expect(await limiter.check('v')).toMatchObject({ allowed: false });
+      expect(await keys()).toEqual(backend === 'MemoryStore' ? 1 : [`${limiter.prefix}:u`]);
     });
 
     test('the deny cache does not reuse a denial made under other limits', async () => {

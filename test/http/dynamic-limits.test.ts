@@ -37,7 +37,6 @@ function invalidCases(): Invalid[] {
   const cases: Invalid[] = [];
   const good: TierOptions[] = [{ limit: 2, window: '1m' }];
   for (const [answer, name] of [
-    [0, '0'],
     [1.5, '1.5'],
     ['x', "'x'"],
     [-2, '-2'],
@@ -66,7 +65,7 @@ function invalidCases(): Invalid[] {
   for (const [answer, name, pattern] of [
     [[], '[]', /^limits: /],
     ['x', "'x'", /^limits: /],
-    [[{ limit: 0, window: '1m' }], 'a tier with limit 0', /^limits\[0\]\.limit: /],
+    [[{ limit: -1, window: '1m' }], 'a tier with limit -1', /^limits\[0\]\.limit: /],
     [[{ limit: 2, window: 'soon' }], 'a tier with a bad window', /^limits\[0\]\.window: /],
     [[{ limit: 2, windo: '1m' }], 'a tier with a misspelt key', /^windo: unknown option for limits\[0\]/],
   ] as const) {
@@ -181,6 +180,29 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
         expect(await counted(app, 'ann', { limit: 5, window: '1m' })).toBe(5);
       },
     );
+
+    test('a limit function answering 0 refuses that request: 429 without Retry-After, the route never runs, nothing counted', async () => {
+      const banned = new Set(['eve']);
+      const app = await start({
+        limit: (req) => (banned.has(String(req.headers['x-user'])) ? 0 : 2),
+        window: '1m',
+        identify: byUserHeader,
+        headers: ['legacy', 'ietf'],
+      });
+      const eve = { 'x-user': 'eve' };
+      const refused = await app.send(eve);
+      expect(refused.status).toBe(429);
+      expect(refused.headers['retry-after']).toBeUndefined();
+      expect(refused.headers['x-ratelimit-limit']).toBe('0');
+      expect(refused.headers['x-ratelimit-remaining']).toBe('0');
+      expect(refused.headers['ratelimit-policy']).toBe('"default";q=0;w=60');
+      expect(await statuses(app, 2, eve)).toEqual([429, 429]);
+      expect(await statuses(app, 3, { 'x-user': 'ann' })).toEqual([200, 200, 429]);
+      expect(app.hits()).toBe(2);
+      banned.delete('eve');
+      expect(await statuses(app, 3, eve)).toEqual([200, 200, 429]);
+      expect(await counted(app, 'eve', { limit: 2, window: '1m' })).toBe(2);
+    });
 
     const windowOf = (req: TestRequest) => (req.headers['x-tier'] === 'slow' ? '1h' : '1s');
     test.each([
@@ -359,7 +381,7 @@ withoutRedis.describe('limits together with limit or window: an OptionError at c
 });
 
 withoutRedis.describe("without an error handler of the app's own, the framework's default answers 500", () => {
-  const options = { limit: () => 0, identify: () => 'c' };
+  const options = { limit: () => -1, identify: () => 'c' };
   test('Express 5 default error handler', async () => {
     const app = express();
     let ran = false;

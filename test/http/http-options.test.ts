@@ -50,7 +50,7 @@ const BAD: [string, Record<string, unknown>, string][] = [
   ['message a number', { message: 5 }, 'message'],
   ['identify a string', { identify: 'ip' }, 'identify'],
   ['identify an empty list', { identify: [] }, 'identify'],
-  ['limit 0', { limit: 0 }, 'limit'],
+  ['limit -1', { limit: -1 }, 'limit'],
   ['window unparsable', { window: 'soon' }, 'window'],
   ['limits and limit together', { limit: 5, limits: [{ limit: 5, window: '1s' }] }, 'limits'],
   ['algorithm unknown', { algorithm: 'leaky-bucket' }, 'algorithm'],

@@ -68,7 +68,15 @@ describe('increment', () => {
 
   test('an invalid limit rejects with the core OptionError', async () => {
     const { storage: s } = storage();
-    await expect(s.increment('k', 1_000, 0, 0, 'default')).rejects.toBeInstanceOf(OptionError);
+    await expect(s.increment('k', 1_000, -1, 0, 'default')).rejects.toBeInstanceOf(OptionError);
+  });
+
+  test('a limit of 0 blocks every request for a ttl, counting nothing, as the default storage does', async () => {
+    const { storage: s } = storage();
+    for (let i = 0; i < 2; i++) {
+      expect(await s.increment('k', 30_000, 0, 0, 'default')).toMatchObject({ isBlocked: true, timeToBlockExpire: 30 });
+    }
+    expect(await s.increment('k', 30_000, 2, 0, 'default')).toMatchObject({ isBlocked: false, totalHits: 1 });
   });
 });
 
