@@ -39,6 +39,9 @@ export interface RouteRateLimitOptions extends HttpOptions<FastifyRequest, Fasti
   hook?: RateLimitHook | undefined;
 }
 
+/** Options of `app.rateLimitHook()`: a route's options but `hook`, since the caller places the hook. */
+export type HookRateLimitOptions = Omit<RouteRateLimitOptions, 'hook'>;
+
 /** Options of {@link rateLimitPlugin}: the shared HTTP options, plus `global`. */
 export interface FastifyRateLimitOptions extends RouteRateLimitOptions {
   /**
@@ -71,12 +74,22 @@ declare module 'fastify' {
   interface FastifyInstance {
     /** The limiter of the plugin's own (non-route) settings, for `reset()` and `peek()`. */
     rateLimiter: Limiter;
+    /**
+     * A hook that limits whatever it is added to, with the plugin's settings and `options` over
+     * them: for handlers no route reaches, such as the not-found handler,
+     * `app.setNotFoundHandler({ preHandler: app.rateLimitHook() }, handler)`, or for
+     * `app.addHook('onRequest', app.rateLimitHook({ ... }))` in a context of your own. Without
+     * counting options it shares the plugin's counts; one that changes limit, window, limits,
+     * algorithm, store or concurrency names its own `prefix`.
+     */
+    rateLimitHook(options?: HookRateLimitOptions): onRequestHookHandler;
   }
 }
 
 const ROUTE_OPTION_KEYS: KnownKeys<RouteRateLimitOptions> = { ...HTTP_OPTION_KEYS, hook: true };
 const ROUTE_OPTIONS = keysOf<RouteRateLimitOptions>(ROUTE_OPTION_KEYS);
 const PLUGIN_OPTIONS = keysOf<FastifyRateLimitOptions>({ ...ROUTE_OPTION_KEYS, global: true });
+const HOOK_FACTORY_OPTIONS = keysOf<HookRateLimitOptions>(HTTP_OPTION_KEYS);
 const HOOKS: readonly RateLimitHook[] = ['onRequest', 'preValidation', 'preHandler'];
 export const DEFAULT_HOOK: RateLimitHook = 'onRequest';
 
@@ -211,6 +224,28 @@ function routeOptions(
   return merged as RouteRateLimitOptions;
 }
 
+/** The limiter of a hook made by `app.rateLimitHook(overrides)`. */
+function hookLimiter(
+  shared: RouteRateLimitOptions,
+  overrides: HookRateLimitOptions,
+  base: HttpLimiter<FastifyRequest, FastifyReply>,
+): HttpLimiter<FastifyRequest, FastifyReply> {
+  if (overrides === null || typeof overrides !== 'object') {
+    throw new OptionError('SWL_INVALID_OPTIONS', `rateLimitHook(): options must be an object, got ${describeValue(overrides)}`);
+  }
+  checkOptions(overrides, HOOK_FACTORY_OPTIONS, 'rateLimitHook()');
+  if (Object.keys(overrides).length === 0) return base;
+  // A hook has no route to name its key space after: one that counts otherwise names its own.
+  const counting = COUNTING_OPTIONS.filter((key) => key !== 'prefix' && (overrides as RouteRateLimitOptions)[key] !== undefined);
+  if (counting.length > 0 && overrides.prefix === undefined) {
+    throw new OptionError(
+      'SWL_CONFLICTING_OPTIONS',
+      `rateLimitHook(): a hook with its own ${counting.join(', ')} counts apart from the plugin: give it a prefix of its own`,
+    );
+  }
+  return new HttpLimiter(routeOptions(shared, overrides, '', base.limiter), fastifyPort);
+}
+
 function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): void {
   checkOptions(options, PLUGIN_OPTIONS, 'rateLimitPlugin');
   const { global = true, ...shared } = options;
@@ -220,6 +255,11 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
   const pluginHook = oneOf(shared.hook ?? DEFAULT_HOOK, HOOKS, 'hook');
   // Registered more than once (an enforcing limiter beside a shadow one), the first keeps the name.
   if (!fastify.hasDecorator('rateLimiter')) fastify.decorate('rateLimiter', base.limiter);
+  if (!fastify.hasDecorator('rateLimitHook')) {
+    fastify.decorate('rateLimitHook', function rateLimitHookOf(overrides: HookRateLimitOptions = {}) {
+      return rateLimitHook(hookLimiter(shared, overrides, base));
+    });
+  }
   if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null);
   if (!fastify.hasRequestDecorator(COUNTED)) fastify.decorateRequest(COUNTED, undefined);
   if (!fastify.hasRequestDecorator('resetRateLimit')) {

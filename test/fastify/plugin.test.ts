@@ -372,6 +372,51 @@ describe('per-route config.rateLimit', () => {
   });
 });
 
+describe('app.rateLimitHook(): a hook for what no route reaches', () => {
+  test('the not-found handler with its preHandler: 404s count against the plugin quota, then 429', async () => {
+    const { app, prefix, handler } = await setup({ limit: 3 });
+    app.get('/known', handler);
+    let notFound = 0;
+    app.setNotFoundHandler({ preHandler: app.rateLimitHook() }, (_request, reply) => {
+      notFound++;
+      reply.code(404).send({ error: 'Not Found' });
+    });
+    expect((await get(app, '/known')).statusCode).toBe(200);
+    const guess = await get(app, '/admin');
+    expect(guess.statusCode).toBe(404);
+    expect(guess.headers['x-ratelimit-remaining']).toBe('1');
+    expect((await get(app, '/wp-login.php')).statusCode).toBe(404);
+    const refused = await get(app, '/.env');
+    expect(refused.statusCode).toBe(429);
+    expect(refused.headers['retry-after']).toBeDefined();
+    expect(notFound).toBe(2);
+    expect((await get(app, '/known')).statusCode).toBe(429);
+    expect(await client.exists(`${prefix}:client`)).toBe(1);
+  });
+
+  test('with counting options and a prefix of its own, a hook counts apart from the plugin', async () => {
+    const { app, prefix, handler } = await setup({ limit: 1 });
+    await app.register(async (child) => {
+      child.addHook('onRequest', app.rateLimitHook({ limit: 2, prefix: `${prefix}-child` }));
+      child.get('/child', { config: { rateLimit: false } }, handler);
+    });
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) statuses.push((await get(app, '/child')).statusCode);
+    expect(statuses).toEqual([200, 200, 429]);
+    expect(await client.exists(`${prefix}-child:client`)).toBe(1);
+    expect(await client.exists(`${prefix}:client`)).toBe(0);
+  });
+
+  test('bad options throw when the hook is made, naming the option', async () => {
+    const { app } = await setup();
+    expect(() => app.rateLimitHook({ limit: 5 })).toThrow(
+      expect.objectContaining({ code: 'SWL_CONFLICTING_OPTIONS', message: expect.stringMatching(/^rateLimitHook\(\): .*limit.*prefix/) }),
+    );
+    expect(() => app.rateLimitHook({ hook: 'preHandler' } as never)).toThrow(expect.objectContaining({ code: 'SWL_UNKNOWN_OPTION' }));
+    expect(() => app.rateLimitHook({ limit: 0.5, prefix: 'x' })).toThrow(expect.objectContaining({ code: 'SWL_INVALID_LIMIT' }));
+  });
+});
+
 describe('Redis down', () => {
   async function deadStore() {
     // disconnectTimeout: on disconnect ioredis 6 arms a timer for a refused stream that never

@@ -1,7 +1,7 @@
 // Type tests of the Fastify plugin (`ratewarden/fastify`), through the public entry only.
 // A line that must not compile is marked `// @ts-expect-error <fragment of the expected message>`:
 // tsc (npm run typecheck) fails when the error disappears, TSTyche also when its message changes.
-import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyReply, type FastifyRequest, type onRequestHookHandler } from 'fastify';
 import { describe, expect, test } from 'tstyche';
 import {
   byApiKey,
@@ -114,6 +114,14 @@ describe('request.rateLimit and app.rateLimiter', () => {
   test('app.rateLimiter is a Limiter', () => {
     expect(app.rateLimiter).type.toBe<Limiter>();
     expect(app.rateLimiter.reset('ip:203.0.113.7')).type.toBe<Promise<void>>();
+  });
+
+  test('app.rateLimitHook() makes a hook from route options but hook', () => {
+    expect(app.rateLimitHook()).type.toBe<onRequestHookHandler>();
+    app.setNotFoundHandler({ preHandler: app.rateLimitHook({ identify: byApiKey() }) }, async () => 'not found');
+    app.addHook('onRequest', app.rateLimitHook({ limit: 5, prefix: 'hook', cost: (request) => (request.method === 'POST' ? 2 : 1) }));
+    // @ts-expect-error 'hook' does not exist in type
+    app.rateLimitHook({ hook: 'preHandler' });
   });
 });
 
