@@ -26,10 +26,38 @@ export function checkOptions(options: unknown, known: ReadonlySet<string>, where
   }
   for (const key of Object.keys(options)) {
     if (!known.has(key)) {
-      throw new OptionError('SWL_UNKNOWN_OPTION', `${key}: unknown option for ${where} (known: ${[...known].sort().join(', ')})`);
+      const peer = PEER_OPTIONS[key];
+      const hint = peer !== undefined && known.has(peer[0]) ? `; here it is ${peer[1]}` : '';
+      throw new OptionError('SWL_UNKNOWN_OPTION', `${key}: unknown option for ${where}${hint} (known: ${[...known].sort().join(', ')})`);
     }
   }
 }
+
+/**
+ * Options of express-rate-limit, @fastify/rate-limit and rate-limiter-flexible, with what this
+ * package calls them: a leftover of a migration is named in the error (docs/migrating.md).
+ */
+const PEER_OPTIONS: Readonly<Record<string, readonly [option: string, hint: string]>> = {
+  windowMs: ['window', "`window` (milliseconds, or a string such as '15m')"],
+  timeWindow: ['window', "`window` (milliseconds, or a string such as '1m')"],
+  duration: ['window', "`window`, in milliseconds or a string such as '60s' (duration was in seconds)"],
+  max: ['limit', '`limit`'],
+  points: ['limit', '`limit`'],
+  keyGenerator: ['identify', '`identify` (a function of the request, or byIp(), byUser(fn), byApiKey())'],
+  keyPrefix: ['prefix', '`prefix`'],
+  nameSpace: ['prefix', '`prefix`'],
+  standardHeaders: ['headers', "`headers` ('draft-6', 'draft-7' or 'ietf' for draft-8)"],
+  legacyHeaders: ['headers', "`headers` ('legacy', the default, or false)"],
+  passOnStoreError: ['failMode', "`failMode` ('open', the default, 'closed' or 'local')"],
+  skipOnError: ['failMode', "`failMode` ('open', the default, 'closed' or 'local')"],
+  blockDuration: ['blockFor', '`blockFor` (a duration, not seconds)'],
+  storeClient: ['store', '`store: new RedisStore({ client })`'],
+  redis: ['store', '`store: new RedisStore({ client })`'],
+  allowList: ['skip', '`skip`, a function of the request'],
+  errorResponseBuilder: ['message', '`message` (text, an object, or a function of the request and decision)'],
+  onExceeded: ['onDecision', '`onDecision` (check decision.allowed)'],
+  onExceeding: ['onDecision', '`onDecision` (check decision.allowed)'],
+};
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const DURATION = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$/;

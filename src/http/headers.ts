@@ -129,7 +129,10 @@ export function createHeaderWriter(
   const parts = chosen.map((style) => {
     if (typeof style === 'function') return customWriter(style);
     if (typeof style !== 'string')
-      throw new OptionError('SWL_INVALID_CHOICE', `headers: expected a style name, a function or false, got ${describeValue(style)}`);
+      throw new OptionError(
+        'SWL_INVALID_CHOICE',
+        `headers: expected a style name (${STYLES.map((name) => `'${name}'`).join(', ')}), a function, a list of them, or false, got ${describeValue(style)}`,
+      );
     return styleWriter(oneOf(style, STYLES, 'headers'), format, tiers);
   });
   if (parts.length === 1) return parts[0];

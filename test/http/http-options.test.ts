@@ -6,7 +6,7 @@ import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { CODES, OptionError, RedisStore, rateLimit } from '../../src/express';
+import { CODES, createLimiter, OptionError, RedisStore, rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
 import { redisClient, uniquePrefix } from '../helpers/redis';
 
@@ -117,6 +117,26 @@ describe('Express rateLimit(options)', () => {
 
   test('the unknown-key error lists the known options', () => {
     expect(() => rateLimit({ limt: 5 } as never)).toThrow(/known: .*\blimit\b.*\bwindow\b/);
+  });
+
+  test.each([
+    ['windowMs', 15 * 60 * 1000, /^windowMs: unknown option for rateLimit; here it is `window`/],
+    ['max', 100, /^max: unknown option for rateLimit; here it is `limit`/],
+    ['keyGenerator', () => 'k', /^keyGenerator: unknown option for rateLimit; here it is `identify`/],
+    ['standardHeaders', 'draft-8', /; here it is `headers` \('draft-6', 'draft-7' or 'ietf' for draft-8\)/],
+  ])("another library's option (%s) is named with this package's own", (key, value, message) => {
+    expect(() => rateLimit({ [key]: value } as never)).toThrow(
+      expect.objectContaining({ code: 'SWL_UNKNOWN_OPTION', message: expect.stringMatching(message) }),
+    );
+  });
+
+  test('headers: true names the styles there are', () => {
+    expect(() => rateLimit({ headers: true } as never)).toThrow(/^headers: expected a style name \('legacy', 'draft-6', 'draft-7', 'ietf'\)/);
+  });
+
+  test("a peer's option is only hinted where its counterpart exists: createLimiter has no skip", () => {
+    expect(() => createLimiter({ allowList: [] } as never)).toThrow(/^allowList: unknown option for createLimiter \(known: /);
+    expect(() => createLimiter({ points: 5 } as never)).toThrow(/^points: unknown option for createLimiter; here it is `limit`/);
   });
 
   test('boundary values are accepted: cost 0 and cost = limit, statusCode 400 and 599, an empty band', () => {

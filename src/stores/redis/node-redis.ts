@@ -12,6 +12,11 @@ import type { ClusterNode, ClusterRouting } from './batch';
 import { readMemoryPolicy } from './memory-policy';
 import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, shaOf, storeFailure } from './redis-client';
 
+/** Why a node-redis client that is not open refuses a check: most often, connect() was never awaited. */
+function closed(client: string): string {
+  return `${client} is closed: await client.connect() before the first request (a client ended with close(), quit() or destroy() stays closed)`;
+}
+
 /**
  * The command options this package passes to node-redis: an `AbortSignal`, an empty type
  * mapping (replies as node-redis decodes them by default) and, to a standalone client, a
@@ -202,7 +207,7 @@ export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClie
   return {
     unavailable: () => {
       if (sentinel.isReady) return undefined;
-      return sentinel.isOpen ? 'Redis Sentinel client is not ready' : 'Redis Sentinel client is closed';
+      return sentinel.isOpen ? 'Redis Sentinel client is not ready' : closed('Redis Sentinel client');
     },
     run: (lua, keys, argv) => evaluate(lua, 'single', keys, argv),
     runBatch: (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
@@ -267,7 +272,7 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
     // too): it would queue it, to be counted when Redis comes back.
     unavailable: () => {
       if (client.isReady ?? client.isOpen) return undefined;
-      return client.isOpen ? 'Redis connection is not ready' : 'Redis client is closed';
+      return client.isOpen ? 'Redis connection is not ready' : closed('Redis client');
     },
     run: (lua, keys, argv) => evaluate(lua, 'single', keys, argv),
     runBatch: (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
