@@ -131,7 +131,9 @@ describe('Express rateLimit(options)', () => {
   });
 
   test('headers: true names the styles there are', () => {
-    expect(() => rateLimit({ headers: true } as never)).toThrow(/^headers: expected a style name \('legacy', 'draft-6', 'draft-7', 'ietf'\)/);
+    expect(() => rateLimit({ headers: true } as never)).toThrow(
+      /^headers: expected a style name \('legacy', 'draft-6', 'draft-7', 'ietf'\)/,
+    );
   });
 
   test("a peer's option is only hinted where its counterpart exists: createLimiter has no skip", () => {
