@@ -16,7 +16,11 @@ export interface BreakerOptions {
    * probe; each failed probe doubles it, up to `maxOpenMs`. Default `500`.
    */
   openMs?: number | undefined;
-  /** The longest the breaker stays open between two probes, in milliseconds: how late limiting can resume after the store is back. Default `5000`. */
+  /**
+   * The longest the breaker stays open between two probes, in milliseconds: how late limiting can
+   * resume after the store is back. Default `5000`. A `RedisStore` whose client reconnects ends the
+   * wait at once: the next check probes.
+   */
   maxOpenMs?: number | undefined;
 }
 
@@ -72,10 +76,17 @@ export class CircuitBreaker {
   private probing = false;
   /** The failure that opened the breaker (or failed its last probe): the refusals' `cause`. */
   private lastFailure: unknown;
+  /** The store's connections made when the breaker last opened (see `readies`). */
+  private readiesWhenOpened = 0;
 
+  /**
+   * `readies`: how many times the store's connection has been made, when the store tells. A new
+   * connection since the breaker opened ends its interval: the next call goes through as the probe.
+   */
   constructor(
     private readonly options: ResolvedBreakerOptions,
     private readonly now: () => number = Date.now,
+    private readonly readies?: () => number,
   ) {
     this.openMs = options.openMs;
   }
@@ -92,7 +103,7 @@ export class CircuitBreaker {
    */
   refusal(): CircuitOpenError | undefined {
     if (this.openUntil === 0) return undefined;
-    if (!this.probing && this.now() >= this.openUntil) {
+    if (!this.probing && (this.now() >= this.openUntil || this.reconnected())) {
       this.probing = true;
       return undefined;
     }
@@ -100,6 +111,17 @@ export class CircuitBreaker {
       `the rate limit store failed ${this.options.failures} times in a row: deciding without it until a probe succeeds`,
       { cause: this.lastFailure },
     );
+  }
+
+  private reconnected(): boolean {
+    return this.readies !== undefined && this.readies() !== this.readiesWhenOpened;
+  }
+
+  /** Opens (or opens again) for `openMs` from now. */
+  private openFor(error: unknown): void {
+    this.lastFailure = error;
+    this.openUntil = this.now() + this.openMs;
+    if (this.readies !== undefined) this.readiesWhenOpened = this.readies();
   }
 
   succeeded(): void {
@@ -120,16 +142,14 @@ export class CircuitBreaker {
   failed(error: unknown): void {
     if (this.openUntil === 0) {
       if (++this.failures < this.options.failures) return;
-      this.lastFailure = error;
-      this.openUntil = this.now() + this.openMs;
+      this.openFor(error);
       return;
     }
     // A call that went through before the breaker opened: it changes nothing.
     if (!this.probing) return;
     // The probe failed: open again, for twice as long.
     this.probing = false;
-    this.lastFailure = error;
     this.openMs = Math.min(this.openMs * 2, this.options.maxOpenMs);
-    this.openUntil = this.now() + this.openMs;
+    this.openFor(error);
   }
 }

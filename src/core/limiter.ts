@@ -89,7 +89,9 @@ class RateLimiter implements LimiterCore {
     this.keyPrefix = `${this.prefix}:`;
     this.lastIdentifier = '';
     this.lastKey = this.keyOf('');
-    const breaker = options.breaker === undefined ? undefined : new CircuitBreaker(options.breaker);
+    // A store that counts its connections lets the breaker probe as soon as one is made again.
+    const readies = options.store.readies?.bind(options.store);
+    const breaker = options.breaker === undefined ? undefined : new CircuitBreaker(options.breaker, Date.now, readies);
     this.breaker = breaker;
     this.refundLateCounts = options.refundLateCounts;
     this.deadlines = new Deadlines(this.timeoutMs, breaker === undefined ? undefined : (error) => breaker.failed(error));

@@ -28,6 +28,11 @@ export interface Store {
   readonly needsTimeout: boolean;
   /** Whether keys live on several servers (a Redis Cluster): the limiter's circuit breaker is then off unless asked for. */
   readonly sharded?: boolean | undefined;
+  /**
+   * How many times the store's connection has been made (it grows with each reconnection): an
+   * open circuit breaker probes at once when it changes, instead of waiting out its interval.
+   */
+  readies?(): number;
 }
 
 /** A store that can also answer a check through a callback, as `RedisStore` does: the limiter's hot path then builds no promise. */

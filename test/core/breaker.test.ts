@@ -47,6 +47,25 @@ test('opens after `failures` in a row, refuses at once with the failure as cause
   expect(breaker.refusal()).toBeUndefined();
 });
 
+test('a connection made again since the breaker opened ends its interval: the next call probes', () => {
+  const time = clock();
+  let readies = 1;
+  const breaker = new CircuitBreaker(OPTIONS, time.now, () => readies);
+  for (let i = 0; i < 3; i++) breaker.failed(new Error('timeout'));
+  expect(breaker.refusal()).toBeDefined();
+  readies++;
+  expect(breaker.refusal()).toBeUndefined();
+  expect(breaker.refusal()).toBeDefined();
+  // The probe fails: open again, from the connection count of now, for twice as long.
+  breaker.failed(new Error('timeout again'));
+  time.advance(199);
+  expect(breaker.refusal()).toBeDefined();
+  readies++;
+  expect(breaker.refusal()).toBeUndefined();
+  breaker.succeeded();
+  expect(breaker.open).toBe(false);
+});
+
 test('each failed probe doubles the interval, up to maxOpenMs; a success starts again from openMs', () => {
   const time = clock();
   const breaker = new CircuitBreaker(OPTIONS, time.now);

@@ -9,7 +9,15 @@ import { StoreUnavailableError, warn } from '../../errors';
 import { dryRunArgIndex } from '../../protocol';
 import type { ClusterNode, ClusterRouting } from './batch';
 import { readMemoryPolicy } from './memory-policy';
-import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, scriptKindOf, shaOf } from './redis-client';
+import {
+  isNoScript,
+  type RedisClientAdapter,
+  readyCounter,
+  rethrowStoreFailure,
+  type ScriptKind,
+  scriptKindOf,
+  shaOf,
+} from './redis-client';
 
 /** The parts of an ioredis `Redis` or `Cluster` this package uses. */
 export interface IoredisClient {
@@ -97,6 +105,7 @@ export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
     cluster: client.isCluster === true,
     routing: client.isCluster === true ? clusterRouting(client as unknown as IoredisCluster) : undefined,
     del: (key) => client.del(key).then(undefined, rethrowStoreFailure),
+    readies: readyCounter(client),
   };
 }
 

@@ -10,7 +10,15 @@ import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError } from '../../errors';
 import type { ClusterNode, ClusterRouting } from './batch';
 import { readMemoryPolicy } from './memory-policy';
-import { isNoScript, type RedisClientAdapter, rethrowStoreFailure, type ScriptKind, shaOf, storeFailure } from './redis-client';
+import {
+  isNoScript,
+  type RedisClientAdapter,
+  readyCounter,
+  rethrowStoreFailure,
+  type ScriptKind,
+  shaOf,
+  storeFailure,
+} from './redis-client';
 
 /** Why a node-redis client that is not open refuses a check: most often, connect() was never awaited. */
 function closed(client: string): string {
@@ -213,6 +221,7 @@ export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClie
     runBatch: (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
     cluster: false,
     del: (key) => sentinel.sendCommand(false, ['DEL', key], STANDALONE).then(undefined, rethrowStoreFailure),
+    readies: readyCounter(sentinel as unknown as { on(event: 'ready', listener: () => void): unknown }),
   };
 }
 
@@ -279,6 +288,7 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
     cluster,
     routing,
     del: (key) => send(key, ['DEL', key], plain).then(undefined, rethrowStoreFailure),
+    readies: readyCounter(client as unknown as { on(event: 'ready', listener: () => void): unknown }),
   };
 }
 

@@ -24,6 +24,29 @@ export interface RedisClientAdapter {
   readonly cluster: boolean;
   /** On a Cluster: the slots and nodes of keys, for batches per node (see `batch.ts`). */
   readonly routing?: ClusterRouting | undefined;
+  /** How many times the client has become ready (see {@link readyCounter}). */
+  readies(): number;
+}
+
+const readyCounts = new WeakMap<object, { count: number }>();
+
+/**
+ * Counts the client's `ready` events, each a connection (re)made, with one listener per client
+ * however many stores share it. The limiter's circuit breaker reads it to probe at once after a
+ * reconnection instead of waiting out its open interval.
+ */
+export function readyCounter(client: { on(event: 'ready', listener: () => void): unknown }): () => number {
+  let counted = readyCounts.get(client);
+  if (counted === undefined) {
+    const created = { count: 0 };
+    client.on('ready', () => {
+      created.count++;
+    });
+    readyCounts.set(client, created);
+    counted = created;
+  }
+  const state = counted;
+  return () => state.count;
 }
 
 /** A script of this package is called on one key (a check or a settle), or on many (a batch of checks). */

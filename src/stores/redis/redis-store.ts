@@ -88,6 +88,10 @@ export class RedisStore implements CallbackStore {
     });
   }
 
+  readies(): number {
+    return this.redis.readies();
+  }
+
   check(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
     return new Promise((resolve, reject) => this.checkThen(scripts, key, call, settling(resolve, reject)));
   }
