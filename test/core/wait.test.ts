@@ -39,7 +39,9 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
   });
 
   test('sleeps exactly the denial’s retryAfterMs, then is allowed: two checks, no polling', async () => {
-    const { limiter, checks } = setup(2, '300ms');
+    // The sliding log: its wait runs from the count. A fixed window on the real clock could turn
+    // between the first check and the wait's, which would then be allowed at once.
+    const { limiter, checks } = setup(2, '300ms', 'sliding-log');
     await limiter.check('k', { cost: 2 });
     const startedAt = Date.now();
     const known = (await limiter.peek('k')).retryAfterMs;
@@ -71,7 +73,9 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
   });
 
   test('an abort rejects with its reason and leaves no timer: no check runs after it', async () => {
-    const { limiter, checks } = setup(1, '400ms');
+    // The sliding log: the waiter sleeps the whole 400 ms from the count. A fixed window on the
+    // real clock ends anywhere up to 400 ms away, under 50 ms (before the abort) one time in 8.
+    const { limiter, checks } = setup(1, '400ms', 'sliding-log');
     await limiter.check('k');
     const controller = new AbortController();
     const waiting = limiter.wait('k', { signal: controller.signal });

@@ -8,7 +8,7 @@
 import { performance } from 'node:perf_hooks';
 import { createLimiter, RedisStore } from '../../src';
 import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
-import { watchUnhandledRejections } from '../helpers/process';
+import { monitorLoopDelay, watchUnhandledRejections } from '../helpers/process';
 import {
   CLIENT_CONFIGS,
   disconnect,
@@ -22,6 +22,10 @@ import {
 } from '../helpers/redis-faults';
 
 const TIMEOUT_MS = 200;
+/**
+ * Allowed above a bound for the HTTP round trip, plus the longest event-loop stall measured in
+ * the same test (monitorEventLoopDelay): the clients share the loop, on two busy cores.
+ */
 const MARGIN_MS = 150;
 
 let redis: RedisProcess;
@@ -52,6 +56,7 @@ describe.each(CLIENT_CONFIGS)('limiter on a client: %s', (configName, clientConf
   test('every check started while Redis sleeps rejects with RateLimitTimeoutError at timeoutMs', async () => {
     const client = faultClient(redis.url, clientConfig);
     const rejections = watchUnhandledRejections();
+    const loopDelay = monitorLoopDelay();
     try {
       await waitReady(client);
       const limiter = createLimiter({
@@ -76,7 +81,7 @@ describe.each(CLIENT_CONFIGS)('limiter on a client: %s', (configName, clientConf
       const times = outcomes.map((outcome) => outcome.ms);
       // Node timers may fire up to a millisecond early.
       expect(Math.min(...times)).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
-      expect(Math.max(...times)).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
+      expect(Math.max(...times)).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS + loopDelay.maxMs());
       await awake;
       expect((await limiter.check('a')).allowed).toBe(true);
       expect(rejections.reasons).toEqual([]);
@@ -90,6 +95,7 @@ describe.each(CLIENT_CONFIGS)('limiter on a client: %s', (configName, clientConf
       );
     } finally {
       rejections.stop();
+      loopDelay.stop();
       disconnect(client);
     }
   });
@@ -102,6 +108,7 @@ describe.each(RECOMMENDED_CONFIGS)('client: %s', (configName, clientConfig) => {
       async (failMode) => {
         const client = faultClient(redis.url, clientConfig);
         const rejections = watchUnhandledRejections();
+        const loopDelay = monitorLoopDelay();
         const errors: string[] = [];
         let app: Awaited<ReturnType<typeof startApp>> | undefined;
         try {
@@ -127,7 +134,7 @@ describe.each(RECOMMENDED_CONFIGS)('client: %s', (configName, clientConfig) => {
           const times = during.map((sample) => sample.ms);
           // Node timers may fire up to a millisecond early.
           expect(Math.min(...times)).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
-          expect(Math.max(...times)).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS);
+          expect(Math.max(...times)).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS + loopDelay.maxMs());
           expect(errors).toEqual(new Array(20).fill('RateLimitTimeoutError'));
 
           await awake;
@@ -139,6 +146,7 @@ describe.each(RECOMMENDED_CONFIGS)('client: %s', (configName, clientConfig) => {
         } finally {
           await app?.close();
           rejections.stop();
+          loopDelay.stop();
           disconnect(client);
         }
       },
