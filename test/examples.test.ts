@@ -176,7 +176,13 @@ describe('examples', () => {
         await upstreamDone.promise;
         return upstream(completion);
       };
-      const { app, tokens } = createLlmProxyApp(new RedisStore({ client }), { prefix: uniquePrefix('llm'), upstream: slowUpstream });
+      // A fixed clock: on Redis's, a minute turning during the test would decay the exact counts below.
+      const clock = manualClock(1_700_000_040_000);
+      const { app, tokens } = createLlmProxyApp(new RedisStore({ client }), {
+        prefix: uniquePrefix('llm'),
+        upstream: slowUpstream,
+        clock: clock.now,
+      });
       const used = async () => (await tokens.limiter.peek(identifierOf('k2'), { cost: 0 })).estimated;
       const server = app.listen(0, '127.0.0.1');
       await once(server, 'listening');
