@@ -76,8 +76,13 @@ export class CircuitBreaker {
   private probing = false;
   /** The failure that opened the breaker (or failed its last probe): the refusals' `cause`. */
   private lastFailure: unknown;
-  /** The store's connections made when the breaker last opened (see `readies`). */
+  /**
+   * The store's connections made when the breaker opened, or when its last probe was sent (see
+   * `readies`): a probe sent before a reconnection fails for the old connection, and the next
+   * call then probes at once.
+   */
   private readiesWhenOpened = 0;
+  private readiesAtProbe = 0;
 
   /**
    * `readies`: how many times the store's connection has been made, when the store tells. A new
@@ -105,6 +110,7 @@ export class CircuitBreaker {
     if (this.openUntil === 0) return undefined;
     if (!this.probing && (this.now() >= this.openUntil || this.reconnected())) {
       this.probing = true;
+      if (this.readies !== undefined) this.readiesAtProbe = this.readies();
       return undefined;
     }
     return new CircuitOpenError(
@@ -117,11 +123,11 @@ export class CircuitBreaker {
     return this.readies !== undefined && this.readies() !== this.readiesWhenOpened;
   }
 
-  /** Opens (or opens again) for `openMs` from now. */
-  private openFor(error: unknown): void {
+  /** Opens (or opens again) for `openMs` from now, as of `readies` connections made. */
+  private openFor(error: unknown, readies: number): void {
     this.lastFailure = error;
     this.openUntil = this.now() + this.openMs;
-    if (this.readies !== undefined) this.readiesWhenOpened = this.readies();
+    this.readiesWhenOpened = readies;
   }
 
   succeeded(): void {
@@ -142,7 +148,7 @@ export class CircuitBreaker {
   failed(error: unknown): void {
     if (this.openUntil === 0) {
       if (++this.failures < this.options.failures) return;
-      this.openFor(error);
+      this.openFor(error, this.readies?.() ?? 0);
       return;
     }
     // A call that went through before the breaker opened: it changes nothing.
@@ -150,6 +156,6 @@ export class CircuitBreaker {
     // The probe failed: open again, for twice as long.
     this.probing = false;
     this.openMs = Math.min(this.openMs * 2, this.options.maxOpenMs);
-    this.openFor(error);
+    this.openFor(error, this.readiesAtProbe);
   }
 }

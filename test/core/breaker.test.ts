@@ -56,11 +56,16 @@ test('a connection made again since the breaker opened ends its interval: the ne
   readies++;
   expect(breaker.refusal()).toBeUndefined();
   expect(breaker.refusal()).toBeDefined();
-  // The probe fails: open again, from the connection count of now, for twice as long.
+  // The probe fails: open again, for twice as long, as of the connections made when it was sent.
   breaker.failed(new Error('timeout again'));
   time.advance(199);
   expect(breaker.refusal()).toBeDefined();
   readies++;
+  expect(breaker.refusal()).toBeUndefined();
+  // A reconnection while this probe is out: it went on the old connection, and its failure is
+  // followed by another probe at once rather than after 350 ms.
+  readies++;
+  breaker.failed(new Error('timeout on the old connection'));
   expect(breaker.refusal()).toBeUndefined();
   breaker.succeeded();
   expect(breaker.open).toBe(false);
