@@ -36,24 +36,74 @@ export function freePort(): Promise<number> {
   });
 }
 
-function waitForPort(port: number, timeoutMs = 10_000): Promise<void> {
+/**
+ * Ports for the servers, below Linux's ephemeral range (32768-60999): the ports the kernel hands
+ * out for `listen(0)` and outgoing connections never come from here, so a server killed and
+ * restarted on its port does not find it taken by another test's socket in between.
+ */
+const SERVER_PORTS = { first: 20_000, count: 12_000 };
+
+/** A port of {@link SERVER_PORTS} nothing listens on right now (another process may take it before us: see `launchOn`). */
+async function serverPort(): Promise<number> {
+  for (;;) {
+    const port = SERVER_PORTS.first + Math.floor(Math.random() * SERVER_PORTS.count);
+    const free = await new Promise<boolean>((resolve) => {
+      const server = createServer();
+      server.unref();
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+}
+
+/**
+ * Resolves once the server on `port` answers `PING` (not merely accepts a connection: another
+ * process could hold the port), false if `child` exits first (the port was taken, say).
+ */
+function answersPing(port: number, child: ChildProcess, timeoutMs = 10_000): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   return new Promise((resolve, reject) => {
     const attempt = (): void => {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        resolve(false);
+        return;
+      }
       const socket = new Socket();
-      socket.once('connect', () => {
+      let reply = '';
+      const retry = (): void => {
         socket.destroy();
-        resolve();
-      });
-      socket.once('error', () => {
-        socket.destroy();
-        if (Date.now() > deadline) reject(new Error(`redis-server did not listen on ${port}`));
+        if (Date.now() > deadline) reject(new Error(`redis-server did not answer PING on ${port}`));
         else setTimeout(attempt, 20);
+      };
+      socket.setEncoding('latin1');
+      socket.once('connect', () => socket.write('PING\r\n'));
+      socket.on('data', (chunk: string) => {
+        reply += chunk;
+        if (!reply.includes('\r\n')) return;
+        socket.destroy();
+        if (reply.startsWith('+PONG')) resolve(true);
+        else retry();
       });
+      socket.once('error', retry);
       socket.connect(port, '127.0.0.1');
     };
     attempt();
   });
+}
+
+/**
+ * Spawns redis-server with `args` until it answers on `port`: up to `attempts` times, since the
+ * port may be taken between our check and the server's bind. Resolves with the child.
+ */
+async function launchOn(port: number, args: string[], attempts: number): Promise<ChildProcess> {
+  for (let attempt = 1; ; attempt++) {
+    const child = spawn('redis-server', args, { stdio: 'ignore' });
+    child.unref();
+    if (await answersPing(port, child)) return child;
+    if (attempt >= attempts) throw new Error(`redis-server could not listen on ${port} (${attempts} attempts)`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 /** Waits for `child` to exit, keeping the event loop alive meanwhile (the servers are unref'd while they run). */
@@ -65,32 +115,49 @@ function exited(child: ChildProcess): Promise<void> {
 
 /** Starts one redis-server; `extraArgs` are passed as command-line config (e.g. `['--cluster-enabled', 'yes']`). */
 export async function startRedis(extraArgs: string[] = []): Promise<RedisProcess> {
-  const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'swl-redis-'));
-  let child: ChildProcess;
+  const argsOn = (port: number) => [
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--save',
+    '',
+    '--appendonly',
+    'no',
+    '--dir',
+    dir,
+    ...extraArgs,
+  ];
+  let port = 0;
+  let child: ChildProcess | undefined;
+  // Another port when the chosen one was taken before the server bound it.
+  for (let attempt = 1; child === undefined; attempt++) {
+    port = await serverPort();
+    try {
+      child = await launchOn(port, argsOn(port), 1);
+    } catch (error) {
+      if (attempt >= 5) throw error;
+    }
+  }
+  let running: ChildProcess = child;
+  // A restart must keep the port, which clients reconnect to: retry there a few times.
   const launch = async (): Promise<void> => {
-    child = spawn(
-      'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs],
-      { stdio: 'ignore' },
-    );
-    child.unref();
-    await waitForPort(port);
+    running = await launchOn(port, argsOn(port), 5);
   };
-  await launch();
   return {
     port,
     url: `redis://127.0.0.1:${port}`,
     async kill() {
-      child.kill('SIGKILL');
-      await exited(child);
+      running.kill('SIGKILL');
+      await exited(running);
     },
     async restart() {
       await launch();
     },
     async stop() {
-      child.kill('SIGKILL');
-      await exited(child);
+      running.kill('SIGKILL');
+      await exited(running);
       rmSync(dir, { recursive: true, force: true });
     },
   };
@@ -147,7 +214,7 @@ export async function startSentinelGroup(extraArgs: string[] = []): Promise<Redi
   const name = 'mymaster';
   const master = await startRedis(extraArgs);
   const replica = await startRedis(['--replicaof', '127.0.0.1', String(master.port), ...extraArgs]);
-  const port = await freePort();
+  const port = await serverPort();
   const dir = mkdtempSync(join(tmpdir(), 'swl-sentinel-'));
   const conf = join(dir, 'sentinel.conf');
   writeFileSync(
@@ -163,9 +230,7 @@ export async function startSentinelGroup(extraArgs: string[] = []): Promise<Redi
       '',
     ].join('\n'),
   );
-  const child = spawn('redis-server', [conf, '--sentinel'], { stdio: 'ignore' });
-  child.unref();
-  await waitForPort(port);
+  const child = await launchOn(port, [conf, '--sentinel'], 1);
   const masterPort = async (): Promise<number> => {
     const { stdout } = await run('redis-cli', ['-p', String(port), 'sentinel', 'get-master-addr-by-name', name]);
     return Number(stdout.trim().split('\n')[1]);
