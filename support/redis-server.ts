@@ -58,8 +58,9 @@ async function serverPort(): Promise<number> {
 }
 
 /**
- * Resolves once the server on `port` answers `PING` (not merely accepts a connection: another
- * process could hold the port), false if `child` exits first (the port was taken, say).
+ * Resolves once the server on `port` answers `PING` with `PONG` or `LOADING` (not merely accepts
+ * a connection: another process could hold the port), false if `child` exits first (the port was
+ * taken, say).
  */
 function answersPing(port: number, child: ChildProcess, timeoutMs = 10_000): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
@@ -82,7 +83,8 @@ function answersPing(port: number, child: ChildProcess, timeoutMs = 10_000): Pro
         reply += chunk;
         if (!reply.includes('\r\n')) return;
         socket.destroy();
-        if (reply.startsWith('+PONG')) resolve(true);
+        // A server still loading its data answers LOADING: it is up, and a test may want that state.
+        if (reply.startsWith('+PONG') || reply.startsWith('-LOADING')) resolve(true);
         else retry();
       });
       socket.once('error', retry);
