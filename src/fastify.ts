@@ -230,9 +230,6 @@ function hookLimiter(
   overrides: HookRateLimitOptions,
   base: HttpLimiter<FastifyRequest, FastifyReply>,
 ): HttpLimiter<FastifyRequest, FastifyReply> {
-  if (overrides === null || typeof overrides !== 'object') {
-    throw new OptionError('SWL_INVALID_OPTIONS', `rateLimitHook(): options must be an object, got ${describeValue(overrides)}`);
-  }
   checkOptions(overrides, HOOK_FACTORY_OPTIONS, 'rateLimitHook()');
   if (Object.keys(overrides).length === 0) return base;
   // A hook has no route to name its key space after: one that counts otherwise names its own.

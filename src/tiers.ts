@@ -1,6 +1,6 @@
 /** Tiers: the limits a limiter enforces together, from their options to their comparison. */
 import { OptionError } from './errors';
-import { checkOptions, type Duration, describeValue, keysOf, parseDuration } from './validate';
+import { checkOptions, type Duration, describeValue, keysOf, nonNegativeInteger, parseDuration } from './validate';
 
 /** One limit of a limiter, resolved: at most `limit` units of cost per `window` milliseconds. */
 export interface Tier {
@@ -57,10 +57,7 @@ export function resolveTiers(options: TierChoice): Tier[] {
 }
 
 function makeTier(limitOption: unknown, windowOption: unknown, path: string): Tier {
-  if (typeof limitOption !== 'number' || !Number.isSafeInteger(limitOption) || limitOption < 0) {
-    throw new OptionError('SWL_INVALID_LIMIT', `${path}limit: must be a non-negative integer, got ${describeValue(limitOption)}`);
-  }
-  const limit = limitOption;
+  const limit = nonNegativeInteger(limitOption, `${path}limit`, 'SWL_INVALID_LIMIT');
   const window = parseDuration(windowOption, `${path}window`);
   // Scripts compare limit * window exactly in double precision.
   if (limit * window > Number.MAX_SAFE_INTEGER / 4) {

@@ -119,9 +119,9 @@ export function positiveInteger(value: unknown, option: string, code: Code = 'SW
   return value;
 }
 
-export function nonNegativeInteger(value: unknown, option: string): number {
+export function nonNegativeInteger(value: unknown, option: string, code: Code = 'SWL_INVALID_NUMBER'): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
-    throw new OptionError('SWL_INVALID_NUMBER', `${option}: must be a non-negative integer, got ${describeValue(value)}`);
+    throw new OptionError(code, `${option}: must be a non-negative integer, got ${describeValue(value)}`);
   }
   return value;
 }

@@ -22,6 +22,11 @@ export function blockedMsOf(raw: RawReply): number {
   return Number(raw[REPLY.blockedMs]);
 }
 
+/** Whether `tier` binds rather than `best`: it keeps the client waiting longer, or as long with less left. */
+function bindsOver(tier: TierDecision, best: TierDecision): boolean {
+  return tier.retryAfterMs > best.retryAfterMs || (tier.retryAfterMs === best.retryAfterMs && tier.remaining < best.remaining);
+}
+
 /**
  * Decodes a check script's reply into a {@link Decision}: each tier's estimate, remaining,
  * wait and reset, and the binding tier, the one that keeps the client waiting longest, then the
@@ -49,8 +54,7 @@ export function decodeDecision(raw: RawReply, { identifier, tiers, cost, dryRun,
       resetAt: now + Math.max(resetMs, blockedMs),
     };
     tierDecisions[i] = tier;
-    const best = tierDecisions[binding];
-    if (tier.retryAfterMs > best.retryAfterMs || (tier.retryAfterMs === best.retryAfterMs && tier.remaining < best.remaining)) binding = i;
+    if (bindsOver(tier, tierDecisions[binding])) binding = i;
   }
   const leases = concurrency > 0 ? leasePart(raw, tiers.length, concurrency) : undefined;
   if (tiers.length === 0) return rateless(allowed, identifier, now, cost, dryRun, shadow, leases as ConcurrencyDecision);
@@ -157,17 +161,16 @@ export function withoutQuota(
   tiers: readonly Tier[],
   { identifier, cost, now, shadow }: { identifier: string; cost: number; now: number; shadow: boolean },
 ): Decision {
+  const at = peek?.now ?? now;
   const tierDecisions: TierDecision[] = new Array(tiers.length);
   let next = 0;
   let binding = 0;
   for (let i = 0; i < tiers.length; i++) {
     const { limit, window } = tiers[i];
-    const at = peek?.now ?? now;
     const tier =
       limit === 0 ? { limit, window, estimated: 0, remaining: 0, retryAfterMs: 0, resetAt: at } : (peek as Decision).tiers[next++];
     tierDecisions[i] = tier;
-    const best = tierDecisions[binding];
-    if (tier.retryAfterMs > best.retryAfterMs || (tier.retryAfterMs === best.retryAfterMs && tier.remaining < best.remaining)) binding = i;
+    if (bindsOver(tier, tierDecisions[binding])) binding = i;
   }
   const top = tierDecisions[binding];
   const decision: Decision = {
@@ -182,7 +185,7 @@ export function withoutQuota(
     retryAfterMs: peek?.retryAfterMs ?? 0,
     tier: binding,
     tiers: tierDecisions,
-    now: peek?.now ?? now,
+    now: at,
     cost,
     counted: false,
     blocked: peek?.blocked ?? false,

@@ -280,12 +280,14 @@ class RateLimiter implements LimiterCore {
   private decideBeyondLimits(identifier: string, key: string, call: ScriptCall, done: Done<Decision>): void {
     const { tiers, cost } = call;
     const withQuota = tiersWithQuota(tiers);
-    const context = { identifier, cost, now: call.now ?? Date.now(), shadow: this.shadow };
-    const decide =
-      withQuota === tiers ? (peek: Decision) => neverAllowed(peek, cost) : (peek: Decision) => withoutQuota(peek, tiers, context);
-    if (withQuota.length === 0) {
-      done(undefined, withoutQuota(undefined, tiers, context));
-      return;
+    let decide = (peek: Decision) => neverAllowed(peek, cost);
+    if (withQuota !== tiers) {
+      const context = { identifier, cost, now: call.now ?? Date.now(), shadow: this.shadow };
+      if (withQuota.length === 0) {
+        done(undefined, withoutQuota(undefined, tiers, context));
+        return;
+      }
+      decide = (peek) => withoutQuota(peek, tiers, context);
     }
     const peek: ScriptCall = { ...call, cost: 0, dryRun: true, tiers: withQuota };
     const cached = this.checkKey(identifier, key, peek, (error, decision) =>
