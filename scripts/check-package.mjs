@@ -3,11 +3,13 @@
 // and @arethetypeswrong/cli (the types each resolution mode finds for each entry point, and
 // that they describe the JavaScript it loads). attw runs its default `strict` profile, which
 // includes TypeScript's old `node10` resolution (`moduleResolution: "node"`): `typesVersions`
-// in package.json keeps the subpath entries typed there.
+// in package.json keeps the subpath entries typed there. It also checks that every relative
+// link and picture in a packed Markdown file points at a packed file, so the docs a user reads
+// from node_modules have no hole in them.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -24,6 +26,17 @@ try {
   });
   const [{ filename, files, size, unpackedSize }] = JSON.parse(packed);
   console.log(`${filename}: ${files.length} files, ${size} bytes packed, ${unpackedSize} unpacked`);
+  const paths = new Set(files.map((file) => file.path));
+  const missing = [];
+  for (const path of paths) {
+    if (!path.endsWith('.md')) continue;
+    for (const [, target] of readFileSync(join(root, path), 'utf8').matchAll(/\]\(([^)\s#]+)(?:#[^)]*)?\)/g)) {
+      if (/^[a-z]+:/i.test(target)) continue;
+      const linked = normalize(join(dirname(path), target));
+      if (!paths.has(linked)) missing.push(`${path} -> ${target}`);
+    }
+  }
+  if (missing.length > 0) throw new Error(`links to files the tarball lacks:\n${missing.join('\n')}`);
   const tarball = join(dir, filename);
   run(bin('publint'), ['run', tarball, '--strict']);
   run(bin('attw'), [tarball, '--profile', 'strict']);
