@@ -1,10 +1,12 @@
 /**
  * The shape ARCHITECTURE.md promises, kept by a test: no import circle in src/ (type-only
- * imports included), no two source files of one name (index.ts and types.ts aside), and no
- * measured figure in a source comment (figures live with the benches).
+ * imports included), no two source files of one name (index.ts and types.ts aside), no
+ * measured figure in a source comment (figures live with the benches), and no name in
+ * ARCHITECTURE.md that the source no longer has.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
+import ts from 'typescript';
 
 const root = resolve(__dirname, '..');
 const src = join(root, 'src');
@@ -70,4 +72,36 @@ test('no source comment quotes a measured figure (µs, ms of a run, ratios to ba
     });
   }
   expect(found).toEqual([]);
+});
+
+/** The names a file declares at its top level, and `Class.member` for the members of its classes. */
+function declaredNames(file: string): Set<string> {
+  const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest);
+  const names = new Set<string>();
+  for (const statement of source.statements) {
+    if (ts.isVariableStatement(statement)) {
+      for (const declaration of statement.declarationList.declarations) names.add(declaration.name.getText(source));
+      continue;
+    }
+    const named = statement as ts.Statement & { name?: ts.Identifier };
+    if (named.name === undefined || !ts.isIdentifier(named.name)) continue;
+    const name = named.name.text;
+    names.add(name);
+    if (ts.isClassDeclaration(statement) || ts.isInterfaceDeclaration(statement)) {
+      for (const member of statement.members) {
+        if (member.name !== undefined) names.add(`${name}.${member.name.getText(source)}`);
+      }
+    }
+  }
+  return names;
+}
+
+test('every `src/…: Symbol` in ARCHITECTURE.md names a file and a symbol that exist', () => {
+  const text = readFileSync(join(root, 'ARCHITECTURE.md'), 'utf8');
+  const references = [...text.matchAll(/`(src\/[^`:]+\.ts): ([A-Za-z_$][\w$.]*)`/g)].map(([, path, symbol]) => ({ path, symbol }));
+  expect(references.length).toBeGreaterThan(10);
+  const missing = references
+    .filter(({ path, symbol }) => !existsSync(join(root, path)) || !declaredNames(join(root, path)).has(symbol))
+    .map(({ path, symbol }) => `${path}: ${symbol}`);
+  expect(missing).toEqual([]);
 });
