@@ -91,7 +91,7 @@ const ROUTE_OPTIONS = keysOf<RouteRateLimitOptions>(ROUTE_OPTION_KEYS);
 const PLUGIN_OPTIONS = keysOf<FastifyRateLimitOptions>({ ...ROUTE_OPTION_KEYS, global: true });
 const HOOK_FACTORY_OPTIONS = keysOf<HookRateLimitOptions>(HTTP_OPTION_KEYS);
 const HOOKS: readonly RateLimitHook[] = ['onRequest', 'preValidation', 'preHandler'];
-export const DEFAULT_HOOK: RateLimitHook = 'onRequest';
+const DEFAULT_HOOK: RateLimitHook = 'onRequest';
 
 /**
  * Options that decide what is counted where: a route overriding any of them gets its own

@@ -47,17 +47,17 @@ export interface MetricsMeterProvider {
 export type MetricsOption = MetricsMeterProvider | MetricsMeter;
 
 /** The instrumentation scope of the meter taken from a provider. */
-export const METER_NAME = 'ratewarden';
+const METER_NAME = 'ratewarden';
 
 /** Instrument names, in OpenTelemetry's semantic-convention style (dotted namespace, unit apart). */
-export const METRIC_NAMES = {
+const METRIC_NAMES = {
   decisions: 'ratewarden.decisions',
   storeDuration: 'ratewarden.store.duration',
   storeErrors: 'ratewarden.store.errors',
 } as const;
 
 /** Attribute names: the limiter's prefix, a decision's outcome, and the semantic conventions' `error.type`. */
-export const METRIC_ATTRIBUTES = { prefix: 'ratewarden.prefix', outcome: 'ratewarden.outcome', errorType: 'error.type' } as const;
+const METRIC_ATTRIBUTES = { prefix: 'ratewarden.prefix', outcome: 'ratewarden.outcome', errorType: 'error.type' } as const;
 
 /**
  * The outcome of a check: allowed; denied by the store; denied from the local deny cache; a denial
@@ -77,9 +77,7 @@ const STORE_FAILURE_CODES: ReadonlySet<string> = new Set(['SWL_TIMEOUT', 'SWL_ST
  * past any sensible `timeoutMs`. OpenTelemetry's default boundaries start at 5 (seconds, once
  * the unit is `s`), where a Redis call would land in the first bucket whatever it took.
  */
-export const STORE_DURATION_BUCKETS: readonly number[] = [
-  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-];
+const STORE_DURATION_BUCKETS: readonly number[] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1];
 
 interface Instruments {
   readonly decisions: MetricsCounter;

@@ -33,7 +33,7 @@ export const ARGV_SLOT = {
 } as const;
 
 /** The slot of the first tier's limit; each tier takes two slots, its limit and its window (ms). */
-export const FIRST_TIER_SLOT = 10;
+const FIRST_TIER_SLOT = 10;
 
 /** The lease part of a call: a check that takes a slot, or the release or renewal of one. */
 export interface LeaseCall {

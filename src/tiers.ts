@@ -23,8 +23,8 @@ export interface TierChoice {
   readonly limits?: readonly TierOptions[] | undefined;
 }
 
-export const DEFAULT_LIMIT = 100;
-export const DEFAULT_WINDOW = '1m';
+const DEFAULT_LIMIT = 100;
+const DEFAULT_WINDOW = '1m';
 const TIER_OPTIONS = keysOf<TierOptions>({ limit: true, window: true });
 
 /** Validates and resolves the tiers: `limits`, or `limit` with `window`. */

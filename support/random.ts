@@ -27,7 +27,7 @@ export function mulberry32(seed: number): Random {
  *
  * @param random - the generator to draw from.
  */
-export function positiveUniform(random: Random): number {
+function positiveUniform(random: Random): number {
   return 1 - random();
 }
 

@@ -120,7 +120,7 @@ export function bucketTable(results: readonly TraceResult[]): string {
 }
 
 /** Bands of offered load (mean rate over limit) for the per-band breakdown, in report order. */
-export const LOAD_BANDS: readonly { readonly label: string; readonly below: number }[] = [
+const LOAD_BANDS: readonly { readonly label: string; readonly below: number }[] = [
   { label: 'under 0.5x the limit', below: 0.5 },
   { label: '0.5x to 1x', below: 1 },
   { label: '1x to 2x', below: 2 },

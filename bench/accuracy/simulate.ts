@@ -69,7 +69,7 @@ export interface AlgorithmStats {
 }
 
 /** One decision that differed from the algorithm's own exact definition. */
-export interface OwnMismatch {
+interface OwnMismatch {
   readonly source: string;
   /** Epoch ms of the request. */
   readonly time: number;
@@ -84,7 +84,7 @@ export interface OwnMismatch {
 export type Points = [number, number][];
 
 /** What the plot of one source shows, per algorithm and for the independent exact log. */
-export interface SourceSeries {
+interface SourceSeries {
   readonly sourceId: string;
   /** True sliding count of the independent exact limiter's allowed requests. */
   readonly reference: Points;

@@ -14,7 +14,7 @@ export interface Series {
 }
 
 /** A horizontal line across the plot, e.g. the limit. */
-export interface Rule {
+interface Rule {
   readonly label: string;
   readonly value: number;
   readonly color: string;
@@ -50,7 +50,7 @@ function escapeXml(text: string): string {
  * @param max - upper end of the data range (greater than `min`).
  * @param target - roughly how many ticks to produce.
  */
-export function niceTicks(min: number, max: number, target: number): number[] {
+function niceTicks(min: number, max: number, target: number): number[] {
   const raw = (max - min) / Math.max(1, target);
   const power = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * power).find((candidate) => candidate >= raw) ?? 10 * power;

@@ -16,7 +16,7 @@ export interface Source {
 }
 
 /** The stretch of one source that the plot shows. */
-export interface PlotSpec {
+interface PlotSpec {
   /** Index into `Trace.sources`. */
   readonly source: number;
   readonly from: number;
@@ -180,7 +180,7 @@ export function boundaryTrace({ seed = 3, sources = 10, windows = 240 }: TraceOp
  *
  * `windows` is the length in days.
  */
-export function diurnalTrace({ seed = 4, sources = 12, windows = 14 }: TraceOptions = {}): Trace {
+function diurnalTrace({ seed = 4, sources = 12, windows = 14 }: TraceOptions = {}): Trace {
   const tier: Tier = { limit: 1000, window: DAY };
   const random = mulberry32(seed * 7919);
   const end = EPOCH + windows * DAY;

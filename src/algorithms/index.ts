@@ -14,4 +14,4 @@ export const ALGORITHMS: Readonly<Record<AlgorithmName, AlgorithmScripts>> = {
 
 export const ALGORITHM_NAMES = Object.keys(ALGORITHMS) as AlgorithmName[];
 
-export type { AlgorithmName, AlgorithmScripts, RawReply, Script } from './types';
+export type { AlgorithmName, AlgorithmScripts, RawReply } from './types';

@@ -9,7 +9,7 @@ import { LUA_LEASE_CHECK } from './lease';
 import { LUA_SHARED } from './shared';
 
 /** The Lua at the top of every script. */
-export const LUA_PRELUDE = `${LUA_PROTOCOL}${LUA_SHARED}${LUA_BLOCK}`;
+const LUA_PRELUDE = `${LUA_PROTOCOL}${LUA_SHARED}${LUA_BLOCK}`;
 
 /**
  * The check scripts of an algorithm, from its Lua `helpers` (functions of their arguments

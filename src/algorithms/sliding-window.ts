@@ -67,7 +67,7 @@ end
  * first inside the current window (the previous window's weight decays), else in the
  * next one (current becomes previous), else in the one after (both are empty).
  */
-export function waitFor(current: number, previous: number, elapsed: number, limit: number, window: number, cost: number): number {
+function waitFor(current: number, previous: number, elapsed: number, limit: number, window: number, cost: number): number {
   if ((current + cost) * window + previous * (window - elapsed) <= limit * window) return 0;
   let room = limit - cost - current;
   if (room >= 0 && previous > 0) {

@@ -24,8 +24,8 @@ export interface BreakerOptions {
   maxOpenMs?: number | undefined;
 }
 
-export const DEFAULT_BREAKER_FAILURES = 5;
-export const DEFAULT_BREAKER_OPEN_MS = 500;
+const DEFAULT_BREAKER_FAILURES = 5;
+const DEFAULT_BREAKER_OPEN_MS = 500;
 export const DEFAULT_BREAKER_MAX_OPEN_MS = 5_000;
 
 const OPTIONS = keysOf<BreakerOptions>({ failures: true, openMs: true, maxOpenMs: true });

@@ -19,13 +19,13 @@ import {
 import { type ResolvedBreakerOptions, resolveBreakerOptions } from './breaker';
 import type { LimiterOptions } from './types';
 
-export const DEFAULT_ALGORITHM: AlgorithmName = 'sliding-window';
+const DEFAULT_ALGORITHM: AlgorithmName = 'sliding-window';
 export const DEFAULT_PREFIX = 'rl';
-export const DEFAULT_TIMEOUT_MS = 500;
-export const DEFAULT_DENY_CACHE_SIZE = 10_000;
+const DEFAULT_TIMEOUT_MS = 500;
+const DEFAULT_DENY_CACHE_SIZE = 10_000;
 export const DEFAULT_COST = 1;
 /** How long a lease (a request in progress under `concurrency`) lives unless renewed or released. */
-export const DEFAULT_LEASE_MS = 60_000;
+const DEFAULT_LEASE_MS = 60_000;
 
 /** Every key of {@link LimiterOptions}; the adapters' option lists extend it. */
 export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {

@@ -26,7 +26,7 @@ import { type CountedBy, warnIfCountedTwice, warnOnSharedPrefix, warnStoreFailin
 export type Proceed = (error?: Error) => void;
 
 /** A denied request's answer, ready to send. */
-export interface DenialResponse {
+interface DenialResponse {
   readonly statusCode: number;
   /** Whole seconds, rounded up, as sent in `Retry-After`; undefined (and no `Retry-After`) for a cost that can never fit. */
   readonly retryAfter: number | undefined;

@@ -14,7 +14,7 @@ import { describeValue, oneOf } from '../validate';
 export type HeaderStyle = 'legacy' | 'draft-6' | 'draft-7' | 'ietf';
 
 /** Sets one response header; the adapters pass their framework's setter. */
-export type SetHeader<Target> = (target: Target, name: string, value: string) => void;
+type SetHeader<Target> = (target: Target, name: string, value: string) => void;
 
 /**
  * A custom header format: called with every decision and a `set(name, value)` function.

@@ -8,7 +8,7 @@ import { DEFAULT_COST, LIMITER_OPTION_KEYS, LIMITER_OPTIONS, validateCost } from
 import type { Decision, LimiterOptions } from '../core/types';
 import { OptionError } from '../errors';
 import { resolveTiers, smallestLimit, type Tier, type TierOptions } from '../tiers';
-import { type Duration, describeValue, type KnownKeys, keysOf, oneOf, optionalFunction } from '../validate';
+import { type Duration, describeValue, type KnownKeys, oneOf, optionalFunction } from '../validate';
 import { createHeaderWriter, type HeadersOption, type HeaderWriter, type ResetFormat } from './headers';
 import { byIp, type IdentifyOption, resolveIdentify } from './identify';
 
@@ -116,11 +116,11 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
 /** What to do with a request when the store fails or times out. */
 export type FailMode = 'open' | 'closed' | 'local';
 
-export const DEFAULT_STATUS_CODE = 429;
-export const DEFAULT_NEAR_LIMIT_BAND: readonly [number, number] = [0.9, 1.1];
-export const DEFAULT_FAIL_MODE: FailMode = 'open';
+const DEFAULT_STATUS_CODE = 429;
+const DEFAULT_NEAR_LIMIT_BAND: readonly [number, number] = [0.9, 1.1];
+const DEFAULT_FAIL_MODE: FailMode = 'open';
 /** The status below which `requestWasSuccessful` calls a request successful by default. */
-export const FIRST_FAILED_STATUS = 400;
+const FIRST_FAILED_STATUS = 400;
 /** The content type of a JSON body, as both frameworks send it. */
 export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
@@ -159,7 +159,6 @@ export const HTTP_OPTION_KEYS: KnownKeys<HttpOptions<unknown, unknown>> = {
   onError: true,
   failMode: true,
 };
-export const HTTP_OPTIONS = keysOf<HttpOptions<unknown, unknown>>(HTTP_OPTION_KEYS);
 
 /** The HTTP options resolved once, so a request does no option lookups. */
 export interface ResolvedHttpOptions<Req, Res> {

@@ -26,9 +26,9 @@ export type IdentifyOption<Req = RequestLike> = Identify<Req> | readonly Identif
 const BY_IP_OPTIONS = keysOf<ByIpOptions>({ ipv6Subnet: true, warnOnForwarded: true });
 const BY_API_KEY_OPTIONS = keysOf<ByApiKeyOptions>({ header: true });
 /** The default `ipv6Subnet` of {@link byIp}: the prefix length commonly allocated to one customer. */
-export const DEFAULT_IPV6_SUBNET = 56;
+const DEFAULT_IPV6_SUBNET = 56;
 /** The default header of {@link byApiKey}. */
-export const DEFAULT_API_KEY_HEADER = 'x-api-key';
+const DEFAULT_API_KEY_HEADER = 'x-api-key';
 
 /** The identifier of requests no identifier function could place. They share one quota. */
 export const ANONYMOUS = 'anonymous';

@@ -25,8 +25,8 @@ interface Entry {
 }
 
 const OPTIONS = keysOf<MemoryStoreOptions>({ maxKeys: true, sweepIntervalMs: true });
-export const DEFAULT_MAX_KEYS = 100_000;
-export const DEFAULT_SWEEP_INTERVAL_MS = 1_000;
+const DEFAULT_MAX_KEYS = 100_000;
+const DEFAULT_SWEEP_INTERVAL_MS = 1_000;
 /** Entries examined per sweep tick, so a sweep never stalls the event loop. */
 const SWEEP_BATCH = 10_000;
 /**

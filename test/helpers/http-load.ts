@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { connect } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import express from 'express';
-import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
 import { type ExpressRateLimitOptions, rateLimit } from '../../src/express';
 import { type FastifyRateLimitOptions, rateLimitPlugin } from '../../src/fastify';
 import type { Identify, RequestLike } from '../../src/http/identify';
@@ -80,8 +80,6 @@ export async function startApp(framework: Framework, options: AppOptions, settin
     close: () => app.close(),
   };
 }
-
-export type { FastifyRequest };
 
 export interface Sample {
   /** performance.now() when the answer was complete. */

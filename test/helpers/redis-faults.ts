@@ -111,7 +111,7 @@ export async function waitFor(predicate: () => boolean | Promise<boolean>, timeo
 }
 
 /** Whether a client of either library is connected and ready for commands. */
-export function isReady(client: RedisStoreClient): boolean {
+function isReady(client: RedisStoreClient): boolean {
   return 'status' in client ? client.status === 'ready' : (client.isReady ?? client.isOpen);
 }
 

@@ -5,7 +5,7 @@
  * (read `codes()` or `list`), or it fails.
  */
 
-export interface CapturedWarning {
+interface CapturedWarning {
   readonly code: string | undefined;
   readonly message: string;
 }

@@ -114,7 +114,7 @@ export function storesOfTestFile(): [string, () => Store][] {
 }
 
 /** Closes every app started since the last call; for afterEach. */
-export async function closeApps(): Promise<void> {
+async function closeApps(): Promise<void> {
   const apps = [...open];
   open.clear();
   await Promise.all(apps.map((app) => app.close()));
@@ -313,7 +313,7 @@ function send(port: number, method: 'GET' | 'POST', path: string, headers: Recor
   return (method === 'POST' ? agent.post(path) : agent.get(path)).set(headers);
 }
 
-export const FRAMEWORKS: readonly Framework[] = [
+const FRAMEWORKS: readonly Framework[] = [
   expressFramework('Express 5', express5),
   expressFramework('Express 4', express4),
   fastifyFramework('Fastify plugin options', 'plugin'),

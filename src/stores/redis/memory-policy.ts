@@ -17,7 +17,7 @@ function field(info: string, name: string): string | undefined {
 }
 
 /** Reads an `INFO` reply (server and memory sections) and warns if its node can evict. */
-export function checkMemoryPolicy(info: string): void {
+function checkMemoryPolicy(info: string): void {
   const runId = field(info, 'run_id');
   const policy = field(info, 'maxmemory_policy');
   const maxmemory = Number(field(info, 'maxmemory'));

@@ -166,7 +166,7 @@ function watchMemoryPolicies(client: NodeRedisClient | NodeRedisCluster, cluster
  * How often a Sentinel client's epoch ends on its own (see {@link nodeRedisSentinelAdapter}): a
  * check not written to Redis within this long, at most twice this long, is failed, never sent later.
  */
-export const SENTINEL_EPOCH_MS = 100;
+const SENTINEL_EPOCH_MS = 100;
 
 const sentinelStates = new WeakMap<object, ConnectionEpoch<NodeRedisCommandOptions>>();
 
@@ -330,10 +330,10 @@ function failure(error: unknown, options: NodeRedisCommandOptions): Error {
  */
 
 /** The command options of a check: the adapter's own, and the epoch's abort signal. */
-export type EpochOptions<Base extends object> = Base & { readonly abortSignal: AbortSignal };
+type EpochOptions<Base extends object> = Base & { readonly abortSignal: AbortSignal };
 
 /** The abort signal of the current connection epoch, renewed (and the old one aborted) on each new connection. */
-export class ConnectionEpoch<Base extends object> {
+class ConnectionEpoch<Base extends object> {
   private controller = new AbortController();
   /** One options object per epoch, so a check allocates none. */
   private current: EpochOptions<Base>;
@@ -363,7 +363,7 @@ export class ConnectionEpoch<Base extends object> {
 }
 
 /** The events that mark a new connection: `connect` on a client, `node-connect` on a cluster. */
-export function watchConnections(
+function watchConnections(
   client: { on(event: string, listener: () => void): unknown },
   cluster: boolean,
   epoch: ConnectionEpoch<object>,
