@@ -5,7 +5,6 @@
  * `@opentelemetry/api`, so the types below are the few members of it the limiter calls, and a
  * limiter without `metrics` has nothing here on its path but one `undefined` check.
  */
-import type { Done } from './async';
 import { OptionError } from './errors';
 import { describeValue } from './validate';
 
@@ -169,19 +168,10 @@ export class LimiterMetrics {
     this.succeeded = Object.freeze({ [METRIC_ATTRIBUTES.prefix]: prefix });
   }
 
-  /** `done`, counting the outcome of the check it answers. */
-  counting<D extends Decided>(done: Done<D>): Done<D> {
-    return (error, decision) => {
-      if (decision === undefined) this.failed(error);
-      else this.decided(decision);
-      done(error, decision);
-    };
-  }
-
-  /** Counts a decision (`undefined`, as a check with no synchronous answer returns: nothing). */
-  decided<D extends Decided>(decision: D | undefined): D | undefined {
-    if (decision !== undefined) this.instruments.decisions.add(1, this.byOutcome[outcomeOf(decision)]);
-    return decision;
+  /** Counts the outcome of one check: its decision, or its failure. */
+  record(error: unknown, decision: Decided | undefined): void {
+    if (decision === undefined) this.failed(error);
+    else this.instruments.decisions.add(1, this.byOutcome[outcomeOf(decision)]);
   }
 
   private failed(error: unknown): void {

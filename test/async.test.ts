@@ -1,4 +1,4 @@
-/** The callback helpers of the hot path (src/callback.ts) and the callback form of Deadlines. */
+/** The callback helpers of the hot path (src/async.ts) and the caller form of Deadlines. */
 import { callEach } from '../src/async';
 import { Deadlines } from '../src/core/deadlines';
 import { RateLimitTimeoutError } from '../src/errors';
@@ -22,10 +22,12 @@ test('Deadlines.start/finish: a call finished in time is never expired; a late a
   jest.useFakeTimers();
   const deadlines = new Deadlines(30);
   const expired: string[] = [];
-  const onTime = deadlines.start(() => expired.push('onTime'));
-  const late = deadlines.start((error) => {
-    expect(error).toBeInstanceOf(RateLimitTimeoutError);
-    expired.push('late');
+  const onTime = deadlines.start({ answered: () => expired.push('onTime') });
+  const late = deadlines.start({
+    answered: (error) => {
+      expect(error).toBeInstanceOf(RateLimitTimeoutError);
+      expired.push('late');
+    },
   });
   expect(deadlines.finish(onTime)).toBe(true);
   jest.advanceTimersByTime(29);
@@ -37,18 +39,20 @@ test('Deadlines.start/finish: a call finished in time is never expired; a late a
   expect(deadlines.finish(onTime)).toBe(false);
 });
 
-test('an expire callback that throws does not keep the other expired calls, or later ones, from failing', () => {
+test('a caller whose answer throws does not keep the other expired calls, or later ones, from failing', () => {
   jest.useFakeTimers();
   try {
     const deadlines = new Deadlines(20);
     const expired: string[] = [];
-    deadlines.start(() => {
-      expired.push('a');
-      throw new Error('app code threw');
+    deadlines.start({
+      answered: () => {
+        expired.push('a');
+        throw new Error('app code threw');
+      },
     });
-    deadlines.start(() => expired.push('b'));
+    deadlines.start({ answered: () => expired.push('b') });
     jest.advanceTimersByTime(10);
-    deadlines.start(() => expired.push('c'));
+    deadlines.start({ answered: () => expired.push('c') });
     // The error still surfaces (as an uncaught exception from the timer), after b has expired too.
     expect(() => jest.advanceTimersByTime(10)).toThrow('app code threw');
     expect(expired).toEqual(['a', 'b']);

@@ -5,11 +5,16 @@ import { RateLimitTimeoutError } from '../errors';
 export interface Pending {
   readonly deadline: number;
   settled: boolean;
-  readonly expire: (error: Error) => void;
+  readonly caller: Caller;
+}
+
+/** Who waits for a bounded call: answered with the timeout error when the deadline comes first. */
+export interface Caller {
+  answered(error: Error): void;
 }
 
 /** What a dropped slot holds, so the queue keeps no settled call alive. */
-const DROPPED: Pending = { deadline: 0, settled: true, expire: () => undefined };
+const DROPPED: Pending = { deadline: 0, settled: true, caller: { answered: () => undefined } };
 
 /** Past this many dropped slots at the front, the queue is compacted. */
 const COMPACT_AFTER = 4096;
@@ -28,19 +33,19 @@ export class Deadlines {
   /** Whether the timer holds the event loop open: only while a call is pending. */
   private holding = false;
 
-  /** `onTimeout`: called once for each call that expires, before its own `expire` (the limiter's circuit breaker counts it). */
+  /** `onTimeout`: called once for each call that expires, before its caller is answered (the limiter's circuit breaker counts it). */
   constructor(
     readonly timeoutMs: number,
     private readonly onTimeout?: (error: Error) => void,
   ) {}
 
   /**
-   * Starts bounding a call: `expire` runs with a {@link RateLimitTimeoutError} once `timeoutMs`
-   * has passed, unless {@link finish} came first. The callback form spares the hot path a
-   * promise and its closures per check.
+   * Starts bounding a call: `caller` is answered with a {@link RateLimitTimeoutError} once
+   * `timeoutMs` has passed, unless {@link finish} came first. A caller object (the check
+   * itself) spares the hot path a promise and its closures per check.
    */
-  start(expire: (error: Error) => void): Pending {
-    const pending: Pending = { deadline: Date.now() + this.timeoutMs, settled: false, expire };
+  start(caller: Caller): Pending {
+    const pending: Pending = { deadline: Date.now() + this.timeoutMs, settled: false, caller };
     this.queue.push(pending);
     if (this.timer === undefined) this.arm(this.timeoutMs);
     else if (!this.holding) this.hold(true);
@@ -58,7 +63,7 @@ export class Deadlines {
   /** Settles like `promise`, or rejects with a {@link RateLimitTimeoutError} once `timeoutMs` has passed. */
   bound<T>(promise: Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const pending = this.start(reject);
+      const pending = this.start({ answered: reject });
       promise.then(
         (value) => {
           if (this.finish(pending)) resolve(value);
@@ -119,7 +124,7 @@ export class Deadlines {
     callEach(expired, (pending) => {
       const error = new RateLimitTimeoutError(`rate limit store did not answer within ${this.timeoutMs} ms`);
       this.onTimeout?.(error);
-      pending.expire(error);
+      pending.caller.answered(error);
     });
   }
 }

@@ -11,7 +11,7 @@ const LONE_SURROGATE = /\p{Surrogate}/u;
  * The store key of `identifier` under `keyPrefix` (`'<prefix>:'`). Long or ill-formed
  * identifiers become `sha256:<hash>`, so keys stay short and distinct identifiers never share one.
  */
-export function storeKey(keyPrefix: string, identifier: string): string {
+function storeKey(keyPrefix: string, identifier: string): string {
   if (typeof identifier !== 'string') {
     throw new OptionError('SWL_INVALID_IDENTIFIER', `identifier: must be a string, got ${describeValue(identifier)}`);
   }
@@ -30,11 +30,46 @@ export function storeKey(keyPrefix: string, identifier: string): string {
  * to one slot (the hash tag is the text up to the first `}`, whatever the identifier holds), and the
  * script that decides both bounds touches a single slot.
  */
-export function rateKeyWithLeases(key: string): string {
+function rateKeyWithLeases(key: string): string {
   return `{${key}}`;
 }
 
 /** The lease key beside a rate key made by {@link rateKeyWithLeases}. */
 export function leaseKeyOf(rateKey: string): string {
   return `${rateKey}:leases`;
+}
+
+/**
+ * The keys of one limiter: `<prefix>:<identifier>` (in braces with `concurrency`), the last one
+ * kept. A flood from one identifier asks for the same key request after request; handing back
+ * the same string object spares building it and, in the deny cache's Map, hashing it again (V8
+ * keeps a string's hash in the string): the largest share of a cached denial's CPU time.
+ */
+export class KeyCache {
+  private readonly keyPrefix: string;
+  /** The identifier last asked for, and its key (primed with `''`, so never undefined). */
+  private lastIdentifier = '';
+  private lastKey: string;
+
+  constructor(
+    prefix: string,
+    private readonly withLeases: boolean,
+  ) {
+    this.keyPrefix = `${prefix}:`;
+    this.lastKey = this.keyOf('');
+  }
+
+  /** The key of `identifier`; throws an `OptionError` for an identifier that is not a string. */
+  keyFor(identifier: string): string {
+    if (identifier === this.lastIdentifier) return this.lastKey;
+    const key = this.keyOf(identifier);
+    this.lastIdentifier = identifier;
+    this.lastKey = key;
+    return key;
+  }
+
+  private keyOf(identifier: string): string {
+    const key = storeKey(this.keyPrefix, identifier);
+    return this.withLeases ? rateKeyWithLeases(key) : key;
+  }
 }

@@ -1,48 +1,66 @@
-import { randomBytes } from 'node:crypto';
 import { ALGORITHMS } from '../algorithms';
-import { RELEASE, RENEW } from '../algorithms/lease';
+import { RELEASE } from '../algorithms/lease';
 import type { AlgorithmName, AlgorithmScripts, LeaseScript, RawReply } from '../algorithms/types';
-import { type Done, settling } from '../async';
-import { OptionError } from '../errors';
+import type { Done } from '../async';
 import { LimiterMetrics } from '../metrics';
 import { LEASE_CHANGE_REPLY, type LeaseCall, type ScriptCall } from '../protocol';
 import type { CallbackStore, Store } from '../stores/types';
-import { resolveTiers, smallestLimit, type Tier, tiersWithQuota } from '../tiers';
-import { checkOptions, describeValue, type KnownKeys, keysOf, nonNegativeInteger, positiveInteger } from '../validate';
+import { smallestLimit, type Tier, tiersWithQuota } from '../tiers';
+import { checkOptions } from '../validate';
 import { CircuitBreaker } from './breaker';
+import { type CallInputs, callInputs, checkDecision, waitInputs } from './call-options';
 import { Deadlines } from './deadlines';
 import { blockedMsOf, decodeDecision, neverAllowed, withoutQuota } from './decision';
 import { DenyCache } from './deny-cache';
-import { leaseKeyOf, rateKeyWithLeases, storeKey } from './keys';
-import { DEFAULT_COST, LIMITER_OPTIONS, type ResolvedLimiterOptions, resolveLimiterOptions, validateCost } from './limiter-options';
-import type { CheckOptions, Decision, Lease, Limiter, LimiterOptions, WaitOptions } from './types';
+import { KeyCache, leaseKeyOf } from './keys';
+import { type ChangeLease, HeldLease, LeaseIds } from './leases';
+import { LIMITER_OPTIONS, type ResolvedLimiterOptions, resolveLimiterOptions, validateCost } from './limiter-options';
+import type { CheckOptions, Decision, Limiter, LimiterOptions, WaitOptions } from './types';
 import { Waiters } from './wait';
 
 /**
- * The limiter as the HTTP layer uses it: the public {@link Limiter}, plus a check whose inputs
- * the caller has prepared and validated, answered by callback.
+ * One check on its way through the limiter: its inputs, prepared and validated by the caller, and
+ * where its answer goes. The HTTP layer hands one per request; `check()` and `peek()` make their
+ * own around a promise.
  */
+export interface PreparedCheck {
+  readonly identifier: string;
+  /** A validated cost. */
+  readonly cost: number;
+  /** This check's own tiers; undefined: the limiter's. */
+  readonly tiers: readonly Tier[] | undefined;
+  /** This check's own bound on requests in progress; undefined: the limiter's. */
+  readonly concurrency: number | undefined;
+  /**
+   * Called once: with the decision, or with the error alone. A denial the deny cache holds is
+   * answered before `run` returns, so a flood of refused requests is answered synchronously.
+   */
+  answered(error: unknown, decision?: Decision): void;
+}
+
+/** The limiter as the HTTP layer uses it: the public {@link Limiter}, plus a check it has prepared itself. */
 export interface LimiterCore extends Limiter {
   /** The smallest limit among `tiers`: no single request may cost more. */
   readonly smallestLimit: number;
   /** Milliseconds a lease lives unless renewed (with `concurrency`). */
   readonly leaseMs: number;
-  /**
-   * Checks `identifier` with a validated `cost` and `tiers` (undefined: the limiter's own): no
-   * option object to read, and no promise. A denial the deny cache holds is returned at once (and
-   * `done` is not called), so a flood of refused requests is answered synchronously; otherwise
-   * this returns undefined and `done` gets the decision.
-   */
-  checkPrepared(
-    identifier: string,
-    cost: number,
-    tiers: readonly Tier[] | undefined,
-    done: Done<Decision>,
-    concurrency?: number,
-  ): Decision | undefined;
+  /** Runs `check`, with no option object to read and no promise; it answers through `check.answered`. */
+  run(check: PreparedCheck): void;
 }
 
-type CheckThen = CallbackStore['checkThen'];
+/** What a script call may change from a check's: the rest is a check's (counting, with the limiter's block). */
+interface CallChanges {
+  readonly now?: number | undefined;
+  readonly dryRun?: boolean;
+  readonly blockFor?: number;
+  readonly countedAt?: number;
+  readonly actualCost?: number;
+  readonly lease?: LeaseCall | undefined;
+}
+
+const PEEK: CallChanges = { dryRun: true };
+
+type RunCheck = CallbackStore['checkThen'];
 
 /** The limiter: runs an algorithm's scripts through a store, bounded by a timeout, behind a deny cache. */
 class RateLimiter implements LimiterCore {
@@ -59,9 +77,10 @@ class RateLimiter implements LimiterCore {
   private readonly scripts: AlgorithmScripts;
   private readonly clock: (() => number) | undefined;
   private readonly denyCache: DenyCache | undefined;
-  private readonly keyPrefix: string;
+  private readonly keys: KeyCache;
+  private readonly leaseIds = new LeaseIds();
   private readonly deadlines: Deadlines;
-  private readonly storeCheck: CheckThen;
+  private readonly runStoreCheck: RunCheck;
   /** Undefined without the `metrics` option: then nothing is measured. */
   private readonly metrics: LimiterMetrics | undefined;
   /** Answers checks at once while the store keeps failing; undefined when turned off. */
@@ -69,9 +88,7 @@ class RateLimiter implements LimiterCore {
   private readonly refundLateCounts: boolean;
   /** The callers of `wait`, made on its first use. */
   private waiters: Waiters | undefined;
-  /** The identifier {@link keyFor} was last asked for, and its key (primed with `''`, so never undefined). */
-  private lastIdentifier: string;
-  private lastKey: string;
+  private readonly changeLeaseOf: ChangeLease = (script, leaseKey, id) => this.changeLease(script, leaseKey, id);
 
   constructor(options: ResolvedLimiterOptions) {
     this.store = options.store;
@@ -84,11 +101,9 @@ class RateLimiter implements LimiterCore {
     this.shadow = options.shadow;
     this.concurrency = options.concurrency;
     this.leaseMs = options.leaseMs;
-    this.storeCheck = checkThenOf(this.store);
+    this.runStoreCheck = storeCheckOf(this.store);
     this.scripts = ALGORITHMS[this.algorithm];
-    this.keyPrefix = `${this.prefix}:`;
-    this.lastIdentifier = '';
-    this.lastKey = this.keyOf('');
+    this.keys = new KeyCache(this.prefix, this.concurrency > 0);
     // A store that counts its connections lets the breaker probe as soon as one is made again.
     const readies = options.store.readies?.bind(options.store);
     const breaker = options.breaker === undefined ? undefined : new CircuitBreaker(options.breaker, Date.now, readies);
@@ -101,71 +116,64 @@ class RateLimiter implements LimiterCore {
   }
 
   keyFor(identifier: string): string {
-    // A flood from one identifier asks for the same key request after request. Handing back the
-    // same string object spares building it and, in the deny cache's Map, hashing it again (V8
-    // keeps a string's hash in the string): the largest share of a cached denial's CPU time.
-    if (identifier === this.lastIdentifier) return this.lastKey;
-    const key = this.keyOf(identifier);
-    this.lastIdentifier = identifier;
-    this.lastKey = key;
-    return key;
-  }
-
-  private keyOf(identifier: string): string {
-    const key = storeKey(this.keyPrefix, identifier);
-    return this.concurrency > 0 ? rateKeyWithLeases(key) : key;
+    return this.keys.keyFor(identifier);
   }
 
   check(identifier: string, options?: CheckOptions): Promise<Decision> {
-    return this.checkOrPeek(identifier, options, false);
+    return this.promised(identifier, options, false);
   }
 
   peek(identifier: string, options?: CheckOptions): Promise<Decision> {
-    return this.checkOrPeek(identifier, options, true);
+    return this.promised(identifier, options, true);
   }
 
-  checkPrepared(
-    identifier: string,
-    cost: number,
-    tiers: readonly Tier[] | undefined,
-    done: Done<Decision>,
-    concurrency = this.concurrency,
-  ): Decision | undefined {
-    const { metrics } = this;
-    if (metrics !== undefined) return metrics.decided(this.checkUnmetered(identifier, cost, tiers, metrics.counting(done), concurrency));
-    return this.checkUnmetered(identifier, cost, tiers, done, concurrency);
+  run(check: PreparedCheck): void {
+    this.decide(check, false);
   }
 
-  private checkUnmetered(
-    identifier: string,
-    cost: number,
-    tiers: readonly Tier[] | undefined,
-    done: Done<Decision>,
-    concurrency: number,
-  ): Decision | undefined {
+  /** `check()` and `peek()`: the options validated, then the one path every check takes. */
+  private promised(identifier: string, options: CheckOptions | undefined, dryRun: boolean): Promise<Decision> {
+    let inputs: CallInputs;
+    try {
+      this.keyFor(identifier);
+      inputs = callInputs(options, this, dryRun ? 'peek' : 'check');
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return new Promise((resolve, reject) => this.decide(new PromisedCheck(identifier, inputs, resolve, reject), dryRun));
+  }
+
+  /** The one path of every check and peek: the key, the call, then the store (or no store, for a cost that can never fit). */
+  private decide(check: PreparedCheck, dryRun: boolean): void {
     let key: string;
     try {
-      key = this.keyFor(identifier);
+      key = this.keyFor(check.identifier);
     } catch (error) {
-      done(error);
-      return undefined;
+      check.answered(error);
+      return;
     }
-    const call: ScriptCall = {
-      now: this.clock?.(),
+    const tiers = check.tiers ?? this.tiers;
+    const lease = this.leaseOf(check.concurrency ?? this.concurrency);
+    const call = this.scriptCall(check.cost, tiers, dryRun ? (lease === undefined ? PEEK : { dryRun, lease }) : lease && { lease });
+    // A peek decides nothing: only checks are counted.
+    const answer = dryRun || this.metrics === undefined ? check : new MeteredCheck(check, this.metrics);
+    const smallest = tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers);
+    if (call.cost > smallest || smallest === 0) this.decideBeyondLimits(answer, key, call);
+    else this.ask(answer, key, call);
+  }
+
+  /** The one place a script call is made: a check's, with `changes`. */
+  private scriptCall(cost: number, tiers: readonly Tier[], changes: CallChanges | undefined): ScriptCall {
+    return {
+      now: changes?.now ?? this.clock?.(),
       cost,
-      dryRun: false,
-      blockFor: this.blockFor,
-      countedAt: 0,
-      actualCost: 0,
-      tiers: tiers ?? this.tiers,
-      lease: this.leaseOf(concurrency),
+      dryRun: changes?.dryRun ?? false,
+      blockFor: changes?.blockFor ?? this.blockFor,
+      countedAt: changes?.countedAt ?? 0,
+      actualCost: changes?.actualCost ?? 0,
+      tiers,
+      lease: changes?.lease,
     };
-    const smallest = tiers === undefined ? this.smallestLimit : smallestLimit(tiers);
-    if (cost > smallest || smallest === 0) {
-      this.decideBeyondLimits(identifier, key, call, done);
-      return undefined;
-    }
-    return this.checkKey(identifier, key, call, done);
   }
 
   refund(identifier: string, decision: Decision): Promise<void> {
@@ -187,15 +195,7 @@ class RateLimiter implements LimiterCore {
     const tiers = tiersWithQuota(decision.tiers);
     if (actualCost === counted || tiers.length === 0) return Promise.resolve();
     this.denyCache?.delete(key);
-    const call: ScriptCall = {
-      now: this.clock?.(),
-      cost: counted,
-      dryRun: false,
-      blockFor: 0,
-      countedAt: decision.now,
-      actualCost,
-      tiers,
-    };
+    const call = this.scriptCall(counted, tiers, { blockFor: 0, countedAt: decision.now, actualCost });
     return this.bounded(this.store.settle(this.scripts, key, call)).then(() => {
       // A check in flight may have cached a denial the settlement has since made untrue.
       this.denyCache?.delete(key);
@@ -203,20 +203,9 @@ class RateLimiter implements LimiterCore {
   }
 
   wait(identifier: string, options?: WaitOptions): Promise<Decision> {
-    let callOptions: CheckOptions | undefined;
-    let maxWaitMs = Infinity;
-    let signal: AbortSignal | undefined;
+    let inputs: ReturnType<typeof waitInputs>;
     try {
-      if (options !== undefined) {
-        checkOptions(options, WAIT_OPTIONS, 'wait');
-        const { maxWaitMs: bound, signal: abort, ...rest } = options;
-        if (bound !== undefined) maxWaitMs = nonNegativeInteger(bound, 'maxWaitMs');
-        if (abort !== undefined && !(abort instanceof AbortSignal)) {
-          throw new OptionError('SWL_INVALID_TYPE', `signal: must be an AbortSignal, got ${describeValue(abort)}`);
-        }
-        signal = abort;
-        callOptions = rest;
-      }
+      inputs = waitInputs(options);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -224,7 +213,7 @@ class RateLimiter implements LimiterCore {
       (id, call) => this.check(id, call),
       (id, decision) => this.refund(id, decision),
     );
-    return this.waiters.wait(identifier, callOptions, maxWaitMs, signal);
+    return this.waiters.wait(identifier, inputs.check, inputs.maxWaitMs, inputs.signal);
   }
 
   reset(identifier: string): Promise<void> {
@@ -238,109 +227,82 @@ class RateLimiter implements LimiterCore {
     return this.bounded(this.store.reset(key));
   }
 
-  private checkOrPeek(identifier: string, options: CheckOptions | undefined, dryRun: boolean): Promise<Decision> {
-    let key: string;
-    let cost = DEFAULT_COST;
-    let tiers = this.tiers;
-    let concurrency = this.concurrency;
-    try {
-      key = this.keyFor(identifier);
-      if (options !== undefined) {
-        checkOptions(options, CHECK_OPTIONS, dryRun ? 'peek' : 'check');
-        if (options.limit !== undefined || options.window !== undefined || options.limits !== undefined) {
-          tiers = callTiers(options, this.tiers);
-        }
-        if (options.cost !== undefined) cost = validateCost(options.cost);
-        if (options.concurrency !== undefined) concurrency = this.callConcurrency(options.concurrency);
-      }
-    } catch (error) {
-      return Promise.reject(error);
-    }
-    const lease = this.leaseOf(concurrency);
-    const call: ScriptCall = { now: this.clock?.(), cost, dryRun, blockFor: this.blockFor, countedAt: 0, actualCost: 0, tiers, lease };
-    // A peek decides nothing: only checks are counted.
-    const metrics = dryRun ? undefined : this.metrics;
-    return new Promise((resolve, reject) => {
-      const done = metrics === undefined ? settling(resolve, reject) : metrics.counting(settling<Decision>(resolve, reject));
-      const smallest = tiers === this.tiers ? this.smallestLimit : smallestLimit(tiers);
-      if (cost > smallest || smallest === 0) this.decideBeyondLimits(identifier, key, call, done);
-      else {
-        const cached = this.checkKey(identifier, key, call, done);
-        if (cached !== undefined) resolve(metrics === undefined ? cached : (metrics.decided(cached) as Decision));
-      }
-    });
-  }
-
   /**
    * A cost above the smallest limit can never be allowed: it is refused without counting (and
    * without starting a block), with the identifier's counts as a peek sees them. A tier of limit
    * 0 refuses every cost above 0: it is left out of the peek, and with no other tier the store is
    * not asked at all.
    */
-  private decideBeyondLimits(identifier: string, key: string, call: ScriptCall, done: Done<Decision>): void {
+  private decideBeyondLimits(check: PreparedCheck, key: string, call: ScriptCall): void {
     const { tiers, cost } = call;
     const withQuota = tiersWithQuota(tiers);
-    let decide = (peek: Decision) => neverAllowed(peek, cost);
-    if (withQuota !== tiers) {
-      const context = { identifier, cost, now: call.now ?? Date.now(), shadow: this.shadow };
-      if (withQuota.length === 0) {
-        done(undefined, withoutQuota(undefined, tiers, context));
-        return;
-      }
-      decide = (peek) => withoutQuota(peek, tiers, context);
+    const context =
+      withQuota === tiers ? undefined : { identifier: check.identifier, cost, now: call.now ?? Date.now(), shadow: this.shadow };
+    if (context !== undefined && withQuota.length === 0) {
+      check.answered(undefined, withoutQuota(undefined, tiers, context));
+      return;
     }
-    const peek: ScriptCall = { ...call, cost: 0, dryRun: true, tiers: withQuota };
-    const cached = this.checkKey(identifier, key, peek, (error, decision) =>
-      decision === undefined ? done(error) : done(undefined, decide(decision)),
-    );
-    if (cached !== undefined) done(undefined, decide(cached));
+    const refusal: PreparedCheck = {
+      identifier: check.identifier,
+      cost: 0,
+      tiers: withQuota,
+      concurrency: undefined,
+      answered: (error, peek) => {
+        if (peek === undefined) check.answered(error);
+        else check.answered(undefined, context === undefined ? neverAllowed(peek, cost) : withoutQuota(peek, tiers, context));
+      },
+    };
+    this.ask(refusal, key, this.scriptCall(0, withQuota, { now: call.now, dryRun: true, lease: call.lease }));
   }
 
-  /** The deny cache's answer if it holds one; else undefined, and `done` gets the store's. */
-  private checkKey(identifier: string, key: string, call: ScriptCall, done: Done<Decision>): Decision | undefined {
+  /** Answers `check` from the deny cache when it holds a denial; else asks the store, within the timeout. */
+  private ask(check: PreparedCheck, key: string, call: ScriptCall): void {
     if (this.denyCache !== undefined) {
       const denied = this.denyCache.get(key, call.cost, call.tiers, call.now ?? Date.now());
-      if (denied !== undefined) return denied;
+      if (denied !== undefined) {
+        check.answered(undefined, denied);
+        return;
+      }
     }
     const { breaker } = this;
     if (breaker !== undefined) {
       const refusal = breaker.refusal();
       if (refusal !== undefined) {
-        done(refusal);
-        return undefined;
+        check.answered(refusal);
+        return;
       }
     }
-    const pending = this.store.needsTimeout ? this.deadlines.start(done) : undefined;
+    const pending = this.store.needsTimeout ? this.deadlines.start(check) : undefined;
     const { metrics } = this;
     const started = metrics === undefined ? 0 : performance.now();
-    const answer: Done<RawReply> = (error, raw) => {
+    const replied: Done<RawReply> = (error, raw) => {
       // Measured even when it comes after the deadline: how long the store took is what it took.
       if (metrics !== undefined) metrics.storeAnswered(started, raw === undefined ? error : undefined);
       // A reply after the deadline does not reach the caller, who has had its timeout error.
       if (pending !== undefined && !this.deadlines.finish(pending)) {
-        if (raw !== undefined && this.refundLateCounts) this.giveBackLate(identifier, key, raw, call);
+        if (raw !== undefined && this.refundLateCounts) this.giveBackLate(check.identifier, key, raw, call);
         return;
       }
       // A failure that came at once (the connection is down) does not open the breaker: it spares
       // nobody a wait, and would only delay limiting once the store is back. It fails a probe.
       if (raw === undefined) {
         breaker?.failedAtOnce(error);
-        done(error);
+        check.answered(error);
         return;
       }
       breaker?.succeeded();
       let decision: Decision;
       try {
-        decision = this.decisionOf(identifier, key, raw, call);
+        decision = this.decisionOf(check.identifier, key, raw, call);
       } catch (failure) {
-        done(failure);
+        check.answered(failure);
         return;
       }
-      done(undefined, decision);
+      check.answered(undefined, decision);
     };
-    if (call.lease === undefined) this.storeCheck(this.scripts, key, call, answer);
-    else (this.store as Required<Store>).checkLease(this.scripts, key, leaseKeyOf(key), call).then((raw) => answer(undefined, raw), answer);
-    return undefined;
+    if (call.lease === undefined) this.runStoreCheck(this.scripts, key, call, replied);
+    else
+      (this.store as Required<Store>).checkLease(this.scripts, key, leaseKeyOf(key), call).then((raw) => replied(undefined, raw), replied);
   }
 
   /**
@@ -372,7 +334,7 @@ class RateLimiter implements LimiterCore {
     const { tiers, cost, dryRun, lease } = call;
     let decision = decodeDecision(raw, { identifier, tiers, cost, dryRun, shadow: this.shadow, concurrency: lease?.concurrency ?? 0 });
     if (lease !== undefined && decision.allowed && !dryRun) {
-      decision = { ...decision, lease: new HeldLease(this, leaseKeyOf(key), lease.id) };
+      decision = { ...decision, lease: new HeldLease(this.changeLeaseOf, leaseKeyOf(key), lease.id) };
     }
     if (this.denyCache !== undefined) {
       // With blockFor, only a blocked denial may be cached: another would answer the next check
@@ -393,32 +355,12 @@ class RateLimiter implements LimiterCore {
 
   /** The lease a check asks for under a bound of `concurrency` (0: none). */
   private leaseOf(concurrency: number): LeaseCall | undefined {
-    return concurrency > 0 ? { concurrency, leaseMs: this.leaseMs, id: newLeaseId() } : undefined;
-  }
-
-  /** A call's own bound on requests in progress: only on a limiter that keeps leases. */
-  private callConcurrency(concurrency: unknown): number {
-    if (this.concurrency === 0) {
-      throw new OptionError(
-        'SWL_CONFLICTING_OPTIONS',
-        'concurrency: a call may change the bound only on a limiter created with concurrency',
-      );
-    }
-    return positiveInteger(concurrency, 'concurrency');
+    return concurrency > 0 ? { concurrency, leaseMs: this.leaseMs, id: this.leaseIds.next() } : undefined;
   }
 
   /** Releases or renews a lease; true when it was live. */
-  changeLease(script: LeaseScript, leaseKey: string, id: string): Promise<boolean> {
-    const call: ScriptCall = {
-      now: this.clock?.(),
-      cost: 0,
-      dryRun: false,
-      blockFor: 0,
-      countedAt: 0,
-      actualCost: 0,
-      tiers: NO_TIERS,
-      lease: { concurrency: 0, leaseMs: this.leaseMs, id },
-    };
+  private changeLease(script: LeaseScript, leaseKey: string, id: string): Promise<boolean> {
+    const call = this.scriptCall(0, NO_TIERS, { blockFor: 0, lease: { concurrency: 0, leaseMs: this.leaseMs, id } });
     return this.bounded((this.store as Required<Store>).changeLease(script, leaseKey, call)).then(
       (raw) => raw[LEASE_CHANGE_REPLY.changed] === 1,
     );
@@ -431,33 +373,60 @@ function ignore(): void {
   // on purpose: see the callers
 }
 
-/** A lease id: this process's random tag and a counter, unique across processes. */
-const LEASE_TAG = `${randomBytes(6).toString('base64url')}.`;
-let leaseCount = 0;
-function newLeaseId(): string {
-  leaseCount++;
-  return LEASE_TAG + leaseCount.toString(36);
-}
+/** A check of the public API: its answer settles a promise. */
+class PromisedCheck implements PreparedCheck {
+  readonly cost: number;
+  readonly tiers: readonly Tier[];
+  readonly concurrency: number;
 
-/** A lease an allowed check took: released or renewed through its limiter. */
-class HeldLease implements Lease {
   constructor(
-    private readonly limiter: RateLimiter,
-    private readonly leaseKey: string,
-    readonly id: string,
-  ) {}
-
-  release(): Promise<boolean> {
-    return this.limiter.changeLease(RELEASE, this.leaseKey, this.id);
+    readonly identifier: string,
+    inputs: CallInputs,
+    private readonly resolve: (decision: Decision) => void,
+    private readonly reject: (error: unknown) => void,
+  ) {
+    this.cost = inputs.cost;
+    this.tiers = inputs.tiers;
+    this.concurrency = inputs.concurrency;
   }
 
-  renew(): Promise<boolean> {
-    return this.limiter.changeLease(RENEW, this.leaseKey, this.id);
+  answered(error: unknown, decision?: Decision): void {
+    if (decision === undefined) this.reject(error);
+    else this.resolve(decision);
+  }
+}
+
+/** A check whose outcome the limiter's `metrics` count before it is answered. */
+class MeteredCheck implements PreparedCheck {
+  constructor(
+    private readonly check: PreparedCheck,
+    private readonly metrics: LimiterMetrics,
+  ) {}
+
+  get identifier(): string {
+    return this.check.identifier;
+  }
+
+  get cost(): number {
+    return this.check.cost;
+  }
+
+  get tiers(): readonly Tier[] | undefined {
+    return this.check.tiers;
+  }
+
+  get concurrency(): number | undefined {
+    return this.check.concurrency;
+  }
+
+  answered(error: unknown, decision?: Decision): void {
+    this.metrics.record(error, decision);
+    this.check.answered(error, decision);
   }
 }
 
 /** How the limiter runs a store's check: its callback form where it has one, else its promise. */
-function checkThenOf(store: Store): CheckThen {
+function storeCheckOf(store: Store): RunCheck {
   const callbackStore = store as Partial<CallbackStore>;
   // Looked up on every call, not bound once, so a store's method replaced later (a spy) is the one used.
   if (typeof callbackStore.checkThen === 'function')
@@ -475,45 +444,6 @@ function checkThenOf(store: Store): CheckThen {
       done,
     );
   };
-}
-
-const CHECK_OPTION_KEYS: KnownKeys<CheckOptions> = { cost: true, limit: true, window: true, limits: true, concurrency: true };
-const CHECK_OPTIONS = keysOf<CheckOptions>(CHECK_OPTION_KEYS);
-const WAIT_OPTIONS = keysOf<WaitOptions>({ ...CHECK_OPTION_KEYS, maxWaitMs: true, signal: true });
-
-/** Throws unless `decision` has what a refund reads: `counted`, `cost`, `now` and the `tiers` it was decided with. */
-function checkDecision(decision: Decision): void {
-  const candidate = decision as Partial<Decision> | null;
-  if (
-    candidate === null ||
-    typeof candidate !== 'object' ||
-    typeof candidate.counted !== 'boolean' ||
-    !Number.isSafeInteger(candidate.cost) ||
-    !Number.isFinite(candidate.now) ||
-    !Array.isArray(candidate.tiers) ||
-    !candidate.tiers.every((tier) => Number.isSafeInteger(tier?.limit) && Number.isSafeInteger(tier?.window))
-  ) {
-    throw new OptionError('SWL_INVALID_TYPE', `decision: must be a decision returned by check(), got ${describeValue(decision)}`);
-  }
-}
-
-/**
- * The tiers of one call: `limits`, or `limit`/`window` over the limiter's single tier (with
- * several tiers, both must be given).
- */
-function callTiers(options: CheckOptions, tiers: readonly Tier[]): readonly Tier[] {
-  if (options.limits !== undefined || tiers.length === 1) {
-    const single = options.limits === undefined ? tiers[0] : undefined;
-    return resolveTiers({
-      limits: options.limits,
-      limit: options.limit ?? single?.limit,
-      window: options.window ?? single?.window,
-    });
-  }
-  if (options.limit === undefined || options.window === undefined) {
-    throw new OptionError('SWL_INVALID_LIMIT', 'limit: a limiter with several tiers takes limit and window together, or limits');
-  }
-  return resolveTiers({ limit: options.limit, window: options.window });
 }
 
 /** A limiter from options already validated (the HTTP adapters validate theirs first). */

@@ -1,13 +1,13 @@
 /**
- * The one path every HTTP request takes, for both frameworks: skip, identify, cost and
+ * The one path every HTTP request takes, whatever the framework: skip, identify, cost and
  * limits (each may be async), check, hooks, headers, then go on, deny or fail; and, for
  * `skipSuccessfulRequests` / `skipFailedRequests`, the refund once the response is done.
  * An adapter supplies an {@link HttpPort}, the few framework calls this path needs.
  */
 import { type Awaitable, isPromiseLike, whenSettled, whenSettledOrFailed } from '../async';
-import { type LimiterCore, limiterFromResolved } from '../core/limiter';
+import { type LimiterCore, limiterFromResolved, type PreparedCheck } from '../core/limiter';
 import { type ResolvedLimiterOptions, resolveLimiterOptions, validateCost } from '../core/limiter-options';
-import type { Decision, Lease } from '../core/types';
+import type { Decision, Lease, Limiter } from '../core/types';
 import { MemoryStore } from '../stores/memory';
 import type { Tier } from '../tiers';
 import { positiveInteger } from '../validate';
@@ -52,28 +52,64 @@ export interface HttpPort<Req, Res> {
   statusOf(response: Res): number;
 }
 
-/** What one request is checked with. */
-interface Check {
-  readonly identifier: string;
-  readonly cost: number;
-  /** This request's own tiers, when limits depend on the request. */
-  readonly tiers: readonly Tier[] | undefined;
-  /** This request's own bound on requests in progress, when it depends on the request. */
-  readonly concurrency: number | undefined;
-}
-
 /** The request property holding its {@link CountedBy} list (declared by the Fastify plugin as a request decorator). */
 export const COUNTED: unique symbol = Symbol('ratewarden.counted');
 
 type RequestRecord = { [COUNTED]?: CountedBy };
 
-/** Forgets what every limiter that counted `request` counted for it (see `HttpLimiter.resetRequest`). */
-export function resetEveryCount(request: object): Promise<void> {
+/**
+ * Forgets what the limiters that counted `request` counted for it (each identifier's whole
+ * count, as `limiter.reset()` does): every one of them, or those `which` picks.
+ */
+export function resetEveryCount(request: object, which?: (limiter: Limiter) => boolean): Promise<void> {
   const resets: Promise<void>[] = [];
   for (let counted = (request as RequestRecord)[COUNTED]; counted !== undefined; counted = counted.next) {
-    resets.push(counted.limiter.reset(counted.identifier));
+    if (which === undefined || which(counted.limiter)) resets.push(counted.limiter.reset(counted.identifier));
   }
   return Promise.all(resets).then(() => undefined);
+}
+
+/**
+ * Where a failure goes. Each is reported (to `onError`; a store failure with no `onError`, as a
+ * warning); then a request still waiting for its answer gets one.
+ */
+enum Failure {
+  /** The app's own function (identify, cost, skip, limits, message...) threw or rejected: the framework's error handling answers. */
+  App,
+  /** The store failed a check: `failMode` answers. */
+  Check,
+  /** The store failed after the answer (a settlement, a lease renewal or release): reported only. */
+  StoreLater,
+  /** The app's function failed after the answer (`costAfter`, `skipSuccessfulRequests`...): reported only. */
+  AppLater,
+}
+
+/**
+ * One request on the shared path: what it is checked with, once known, and where the answer
+ * goes. The limiter answers it through `answered` (no closure per request).
+ */
+class HttpCheck<Req, Res> implements PreparedCheck {
+  identifier = '';
+  cost = 0;
+  /** This request's own tiers, when limits depend on the request. */
+  tiers: readonly Tier[] | undefined = undefined;
+  /** This request's own bound on requests in progress, when it depends on the request. */
+  concurrency: number | undefined = undefined;
+  /** Which limiter decides it: the store's, or the local one of `failMode: 'local'` while the store fails. */
+  limiter: LimiterCore;
+
+  constructor(
+    private readonly owner: HttpLimiter<Req, Res>,
+    readonly request: Req,
+    readonly response: Res,
+    readonly proceed: Proceed,
+  ) {
+    this.limiter = owner.limiter;
+  }
+
+  answered(error: unknown, decision?: Decision): void {
+    this.owner.answered(this, error, decision);
+  }
 }
 
 /** A limiter with every HTTP option resolved once, at construction, and the adapter's port. */
@@ -107,113 +143,111 @@ export class HttpLimiter<Req, Res> {
    * rejection and never to a silent allow; a store failure becomes `failMode`.
    */
   handle(request: Req, response: Res, proceed: Proceed): void {
-    const { skip, costOf, tiersOf, concurrencyOf, identify, fixedCost } = this.options;
+    const check = new HttpCheck(this, request, response, proceed);
+    const { skip, costOf, tiersOf, concurrencyOf, identify } = this.options;
+    check.cost = this.options.fixedCost;
     if (skip === undefined && costOf === undefined && tiersOf === undefined && concurrencyOf === undefined) {
-      // Static options: only the identifier to find, no object built before the check.
+      // Static options: only the identifier to find.
       let identifier: string | Promise<string>;
       try {
         identifier = identify(request);
       } catch (error) {
-        this.hookFailed(error, request, proceed);
+        this.failed(check, error, Failure.App);
         return;
       }
-      if (typeof identifier === 'string') this.check(identifier, fixedCost, undefined, undefined, request, response, proceed);
+      if (typeof identifier === 'string') this.run(check, identifier);
       else {
         identifier.then(
-          (settled) => this.check(settled, fixedCost, undefined, undefined, request, response, proceed),
-          (error: unknown) => this.hookFailed(error, request, proceed),
+          (settled) => this.run(check, settled),
+          (error: unknown) => this.failed(check, error, Failure.App),
         );
       }
       return;
     }
-    let check: Check | undefined | PromiseLike<Check | undefined>;
+    let prepared: boolean | PromiseLike<boolean>;
     try {
-      check = this.prepare(request);
+      prepared = this.prepare(check);
     } catch (error) {
-      this.hookFailed(error, request, proceed);
+      this.failed(check, error, Failure.App);
       return;
     }
-    if (check === undefined) proceed();
-    else if (isPromiseLike(check)) {
-      check.then(
-        (settled) => (settled === undefined ? proceed() : this.checkPrepared(settled, request, response, proceed)),
-        (error: unknown) => this.hookFailed(error, request, proceed),
+    if (prepared === false) proceed();
+    else if (prepared === true) check.limiter.run(check);
+    else {
+      prepared.then(
+        (ready) => (ready ? check.limiter.run(check) : proceed()),
+        (error: unknown) => this.failed(check, error, Failure.App),
       );
-    } else this.checkPrepared(check, request, response, proceed);
+    }
   }
 
-  /** Skip, identify, cost and limits, in that order; undefined when the request is skipped. */
-  private prepare(request: Req): Check | undefined | PromiseLike<Check | undefined> {
+  private run(check: HttpCheck<Req, Res>, identifier: string): void {
+    check.identifier = identifier;
+    check.limiter.run(check);
+  }
+
+  /** Skip, identify, cost and limits, in that order, into `check`; false when the request is skipped. */
+  private prepare(check: HttpCheck<Req, Res>): boolean | PromiseLike<boolean> {
     const { skip } = this.options;
-    if (skip === undefined) return this.identify(request);
-    const skipped = skip(request);
-    if (isPromiseLike(skipped)) return Promise.resolve(skipped).then((yes) => (yes ? undefined : this.identify(request)));
-    return skipped ? undefined : this.identify(request);
+    if (skip === undefined) return this.identify(check);
+    const skipped = skip(check.request);
+    if (isPromiseLike(skipped)) return Promise.resolve(skipped).then((yes) => (yes ? false : this.identify(check)));
+    return skipped ? false : this.identify(check);
   }
 
-  private identify(request: Req): Check | PromiseLike<Check> {
-    const identifier = this.options.identify(request);
-    return typeof identifier === 'string' ? this.measure(identifier, request) : identifier.then((id) => this.measure(id, request));
+  private identify(check: HttpCheck<Req, Res>): true | PromiseLike<true> {
+    const identifier = this.options.identify(check.request);
+    if (typeof identifier === 'string') {
+      check.identifier = identifier;
+      return this.measure(check);
+    }
+    return identifier.then((settled) => {
+      check.identifier = settled;
+      return this.measure(check);
+    });
   }
 
   /** The cost and, when they depend on the request, the tiers and the bound on requests in progress of an identified request. */
-  private measure(identifier: string, request: Req): Check | PromiseLike<Check> {
-    const { costOf, tiersOf, concurrencyOf, fixedCost } = this.options;
-    if (costOf === undefined && tiersOf === undefined && concurrencyOf === undefined) {
-      return { identifier, cost: fixedCost, tiers: undefined, concurrency: undefined };
-    }
-    return whenSettled(costOf === undefined ? fixedCost : costOf(request), (cost) =>
+  private measure(check: HttpCheck<Req, Res>): true | PromiseLike<true> {
+    const { costOf, tiersOf, concurrencyOf } = this.options;
+    if (costOf === undefined && tiersOf === undefined && concurrencyOf === undefined) return true;
+    const { request } = check;
+    return whenSettled(costOf === undefined ? check.cost : costOf(request), (cost) =>
       whenSettled(tiersOf === undefined ? undefined : tiersOf(request), (tiers) =>
-        whenSettled(concurrencyOf === undefined ? undefined : concurrencyOf(request), (concurrency) => ({
-          identifier,
-          cost: validateCost(cost),
-          tiers,
-          concurrency: concurrency === undefined ? undefined : positiveInteger(concurrency, 'concurrency'),
-        })),
+        whenSettled(concurrencyOf === undefined ? undefined : concurrencyOf(request), (concurrency): true => {
+          check.cost = validateCost(cost);
+          check.tiers = tiers;
+          check.concurrency = concurrency === undefined ? undefined : positiveInteger(concurrency, 'concurrency');
+          return true;
+        }),
       ),
     );
   }
 
-  private checkPrepared(check: Check, request: Req, response: Res, proceed: Proceed): void {
-    this.check(check.identifier, check.cost, check.tiers, check.concurrency, request, response, proceed);
-  }
-
-  private check(
-    identifier: string,
-    cost: number,
-    tiers: readonly Tier[] | undefined,
-    concurrency: number | undefined,
-    request: Req,
-    response: Res,
-    proceed: Proceed,
-  ): void {
-    const answer = (error: unknown, decision?: Decision): void => {
-      if (decision === undefined) {
-        this.fail(error, request, response, proceed);
-        if (this.options.failMode === 'local') this.decideLocally({ identifier, cost, tiers, concurrency }, request, response, proceed);
-        return;
-      }
-      // The store answers again: the local counts are dropped, not merged.
-      if (this.local !== undefined) this.dropLocal();
-      this.answer(this.limiter, decision, identifier, request, response, proceed);
-    };
-    const cached = this.limiter.checkPrepared(identifier, cost, tiers, answer, concurrency);
-    if (cached !== undefined) this.answer(this.limiter, cached, identifier, request, response, proceed);
+  /** The limiter's answer to `check`: a failure of the store's limiter goes to `failMode`; a decision is answered. */
+  answered(check: HttpCheck<Req, Res>, error: unknown, decision: Decision | undefined): void {
+    const fromStore = check.limiter === this.limiter;
+    if (decision === undefined) {
+      this.failed(check, error, fromStore ? Failure.Check : Failure.App);
+      return;
+    }
+    // The store answers again: the local counts are dropped, not merged. A cached denial is no answer of the store.
+    if (fromStore && this.local !== undefined && !decision.cached) this.dropLocal();
+    try {
+      this.respond(check, decision);
+    } catch (failure) {
+      this.failed(check, failure, Failure.App);
+    }
   }
 
   /** `failMode: 'local'`: decides with this process's own limiter, as the store would with only this process's requests. */
-  private decideLocally({ identifier, cost, tiers, concurrency }: Check, request: Req, response: Res, proceed: Proceed): void {
+  private decideLocally(check: HttpCheck<Req, Res>): void {
     if (this.local === undefined) {
       const store = new MemoryStore();
       this.local = { store, limiter: limiterFromResolved({ ...this.limiterOptions, store, breaker: undefined, refundLateCounts: false }) };
     }
-    const { limiter } = this.local;
-    const answer = (error: unknown, decision?: Decision): void => {
-      if (decision === undefined) this.hookFailed(error, request, proceed);
-      else this.answer(limiter, decision, identifier, request, response, proceed);
-    };
-    const cached = limiter.checkPrepared(identifier, cost, tiers, answer, concurrency);
-    if (cached !== undefined) this.answer(limiter, cached, identifier, request, response, proceed);
+    check.limiter = this.local.limiter;
+    check.limiter.run(check);
   }
 
   private dropLocal(): void {
@@ -221,39 +255,29 @@ export class HttpLimiter<Req, Res> {
     this.local = undefined;
   }
 
-  /** Answers `decision`, made by `limiter` (the store's, or the local one of `failMode: 'local'`). */
-  private answer(limiter: LimiterCore, decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
-    try {
-      this.respond(limiter, decision, identifier, request, response, proceed);
-    } catch (error) {
-      this.hookFailed(error, request, proceed);
-    }
-  }
-
-  private respond(limiter: LimiterCore, decision: Decision, identifier: string, request: Req, response: Res, proceed: Proceed): void {
+  private respond(check: HttpCheck<Req, Res>, decision: Decision): void {
     const { onDecision, onNearLimit, nearLimitBand, settleAfter } = this.options;
+    const { request } = check;
     // First, so that no throw below can keep the slot from being given back.
-    if (decision.lease !== undefined) this.holdLease(decision.lease, request, response);
+    if (decision.lease !== undefined) this.holdLease(check, decision.lease);
     onDecision?.(decision, request);
     if (onNearLimit !== undefined && decision.ratio >= nearLimitBand[0] && decision.ratio <= nearLimitBand[1]) {
       onNearLimit(decision, request);
     }
     if (decision.counted) {
       const record = request as RequestRecord;
-      const counted: CountedBy = { limiter, identifier, next: record[COUNTED] };
+      const counted: CountedBy = { limiter: check.limiter, identifier: check.identifier, next: record[COUNTED] };
       if (counted.next !== undefined) warnIfCountedTwice(counted);
       record[COUNTED] = counted;
     }
     // In shadow mode a would-be denial is reported (onDecision, request.rateLimit), never enforced.
     if (decision.allowed || decision.shadow) {
       // A shadow would-be denial counted nothing and is charged nothing: shadow mode counts as enforcing would.
-      if (settleAfter !== undefined && (decision.counted || (this.options.chargesAfter && decision.allowed))) {
-        this.port.whenDone(response, (finished) =>
-          this.afterResponse(limiter, settleAfter, identifier, decision, request, response, finished),
-        );
+      if (settleAfter !== undefined && (decision.counted || (this.options.settlesEveryRequest && decision.allowed))) {
+        this.port.whenDone(check.response, (finished) => this.afterResponse(check, decision, finished));
       }
-      this.sendHeaders(decision, request, response);
-      proceed();
+      this.sendHeaders(check, decision);
+      check.proceed();
       return;
     }
     // A cost that can never fit waits forever: no Retry-After would make it pass.
@@ -262,20 +286,13 @@ export class HttpLimiter<Req, Res> {
     const body = typeof message === 'function' ? message(request, decision) : message;
     if (isPromiseLike(body)) {
       Promise.resolve(body).then(
-        (settled) => this.deny(decision, retryAfter, settled, request, response, proceed),
-        (error: unknown) => this.hookFailed(error, request, proceed),
+        (settled) => this.deny(check, decision, retryAfter, settled),
+        (error: unknown) => this.failed(check, error, Failure.App),
       );
-    } else this.deny(decision, retryAfter, body, request, response, proceed);
+    } else this.deny(check, decision, retryAfter, body);
   }
 
-  private deny(
-    decision: Decision,
-    retryAfter: number | undefined,
-    body: string | object | undefined,
-    request: Req,
-    response: Res,
-    proceed: Proceed,
-  ): void {
+  private deny(check: HttpCheck<Req, Res>, decision: Decision, retryAfter: number | undefined, body: string | object | undefined): void {
     const denial: DenialResponse = {
       statusCode: decision.concurrency?.refused === true ? this.options.concurrencyStatusCode : this.options.statusCode,
       retryAfter,
@@ -283,28 +300,29 @@ export class HttpLimiter<Req, Res> {
       bodyIsJson: body === undefined,
       decision,
     };
-    this.sendHeaders(decision, request, response);
-    if (retryAfter !== undefined) this.port.setHeader(response, 'Retry-After', String(retryAfter));
-    this.port.deny(request, response, denial, proceed);
+    this.sendHeaders(check, decision);
+    if (retryAfter !== undefined) this.port.setHeader(check.response, 'Retry-After', String(retryAfter));
+    this.port.deny(check.request, check.response, denial, check.proceed);
   }
 
-  private sendHeaders(decision: Decision, request: Req, response: Res): void {
-    this.port.attach(request, decision);
-    this.options.writeHeaders?.(decision, response, this.port.setHeader);
+  private sendHeaders(check: HttpCheck<Req, Res>, decision: Decision): void {
+    this.port.attach(check.request, decision);
+    this.options.writeHeaders?.(decision, check.response, this.port.setHeader);
   }
 
   /**
    * Holds `lease` while the response is in progress: renewed every `leaseMs / 2`, released once
    * when the response is over (sent in full, or the connection closed first).
    */
-  private holdLease(lease: Lease, request: Req, response: Res): void {
+  private holdLease(check: HttpCheck<Req, Res>, lease: Lease): void {
+    const storeFailed = (error: unknown) => this.failed(check, error, Failure.StoreLater);
     const renewal = setInterval(() => {
-      lease.renew().then(undefined, (error: unknown) => this.storeFailed(error, request));
+      lease.renew().then(undefined, storeFailed);
     }, this.limiter.leaseMs / 2);
     renewal.unref();
-    this.port.whenDone(response, () => {
+    this.port.whenDone(check.response, () => {
       clearInterval(renewal);
-      lease.release().then(undefined, (error: unknown) => this.storeFailed(error, request));
+      lease.release().then(undefined, storeFailed);
     });
   }
 
@@ -313,29 +331,17 @@ export class HttpLimiter<Req, Res> {
    * `limiter.reset()` does), e.g. after a successful login; nothing when it counted nothing.
    */
   resetRequest(request: Req): Promise<void> {
-    const resets: Promise<void>[] = [];
-    for (let counted = (request as RequestRecord)[COUNTED]; counted !== undefined; counted = counted.next) {
-      if (counted.limiter === this.limiter || counted.limiter === this.local?.limiter)
-        resets.push(counted.limiter.reset(counted.identifier));
-    }
-    return Promise.all(resets).then(() => undefined);
+    return resetEveryCount(request as object, (limiter) => limiter === this.limiter || limiter === this.local?.limiter);
   }
 
   /** After the response: settles the request to what it cost (0 when it should not have counted). */
-  private afterResponse(
-    limiter: LimiterCore,
-    settleAfter: NonNullable<ResolvedHttpOptions<Req, Res>['settleAfter']>,
-    identifier: string,
-    decision: Decision,
-    request: Req,
-    response: Res,
-    finished: boolean,
-  ): void {
+  private afterResponse(check: HttpCheck<Req, Res>, decision: Decision, finished: boolean): void {
+    const settleAfter = this.options.settleAfter as NonNullable<ResolvedHttpOptions<Req, Res>['settleAfter']>;
     let actual: Awaitable<number | undefined>;
     try {
-      actual = settleAfter(request, response, finished);
+      actual = settleAfter(check.request, check.response, finished);
     } catch (error) {
-      this.report(error, request);
+      this.failed(check, error, Failure.AppLater);
       return;
     }
     whenSettledOrFailed(
@@ -346,40 +352,35 @@ export class HttpLimiter<Req, Res> {
         try {
           actualCost = validateCost(cost, Infinity, 'costAfter');
         } catch (error) {
-          this.report(error, request);
+          this.failed(check, error, Failure.AppLater);
           return;
         }
-        limiter.settle(identifier, decision, actualCost).then(undefined, (error: unknown) => this.storeFailed(error, request));
+        check.limiter
+          .settle(check.identifier, decision, actualCost)
+          .then(undefined, (error: unknown) => this.failed(check, error, Failure.StoreLater));
       },
-      (error) => this.report(error, request),
+      (error) => this.failed(check, error, Failure.AppLater),
     );
   }
 
-  private hookFailed(error: unknown, request: Req, proceed: Proceed): void {
-    this.report(error, request);
-    proceed(error instanceof Error ? error : new Error(String(error)));
-  }
-
-  /** A check the store failed: reported, then answered by `failMode` (`'local'`: by the caller, with the local limiter). */
-  private fail(error: unknown, request: Req, response: Res, proceed: Proceed): void {
-    this.storeFailed(error, request);
-    const { failMode } = this.options;
-    if (failMode === 'closed') this.port.unavailable(response);
-    else if (failMode === 'open') proceed();
-  }
-
-  /** A store failure goes to `onError`; with none, it must not pass in silence. */
-  private storeFailed(error: unknown, request: Req): void {
-    if (this.options.onError === undefined) warnStoreFailing(error, this.options.failMode);
-    else this.report(error, request);
-  }
-
-  /** Hands `error` to `onError`; a failing error hook must not turn a degraded store into a crashed request. */
-  private report(error: unknown, request: Req): void {
-    try {
-      this.options.onError?.(error, request);
-    } catch {
-      // Ignored on purpose: see above.
+  /** The one place a failure goes: reported, then, for a request still waiting, answered (see {@link Failure}). */
+  private failed(check: HttpCheck<Req, Res>, error: unknown, failure: Failure): void {
+    const { onError, failMode } = this.options;
+    const fromStore = failure === Failure.Check || failure === Failure.StoreLater;
+    // A store failure must not pass in silence; a failing error hook must not turn a degraded store into a crashed request.
+    if (fromStore && onError === undefined) warnStoreFailing(error, failMode);
+    else {
+      try {
+        onError?.(error, check.request);
+      } catch {
+        // Ignored on purpose: see above.
+      }
+    }
+    if (failure === Failure.App) check.proceed(error instanceof Error ? error : new Error(String(error)));
+    else if (failure === Failure.Check) {
+      if (failMode === 'closed') this.port.unavailable(check.response);
+      else if (failMode === 'open') check.proceed();
+      else this.decideLocally(check);
     }
   }
 }

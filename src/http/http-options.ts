@@ -176,7 +176,7 @@ export interface ResolvedHttpOptions<Req, Res> {
    */
   readonly settleAfter: ((request: Req, response: Res, finished: boolean) => Awaitable<number | undefined>) | undefined;
   /** Whether `costAfter` is set: then every request that went on is settled, counted or not. */
-  readonly chargesAfter: boolean;
+  readonly settlesEveryRequest: boolean;
   readonly writeHeaders: HeaderWriter | undefined;
   readonly statusCode: number;
   readonly concurrencyStatusCode: number;
@@ -249,7 +249,7 @@ export function resolveHttpOptions<Req, Res>(
     tiersOf,
     skip,
     settleAfter: settleAfterOf(refundWhen, costAfter),
-    chargesAfter: costAfter !== undefined,
+    settlesEveryRequest: costAfter !== undefined,
     writeHeaders,
     statusCode,
     concurrencyStatusCode,
