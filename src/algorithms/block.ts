@@ -14,7 +14,7 @@
  * - a settlement never starts or lifts a block.
  */
 import { REPLY, SETTLE_REPLY } from '../protocol';
-import type { MemoryResult, ScriptArgs } from './types';
+import type { MemoryResult, RawReply, ScriptArgs } from './types';
 
 /** The block marker of string keys, in Lua: read it, write it, and start a block after a denial. */
 export const LUA_BLOCK = `
@@ -36,11 +36,16 @@ local function liveBlock(blockedUntil, now)
   if blockedUntil > now then return blockedUntil end
   return 0
 end
+-- Writes value to a string key that must live at least atLeast ms more (a longer expiry is kept):
+-- a block, or a settlement's charge.
+local function setAtLeast(key, value, atLeast)
+  local ttl = redis.call('PTTL', key)
+  if ttl < atLeast then ttl = atLeast end
+  redis.call('SET', key, value, 'PX', ttl)
+end
 -- Starts a block of blockFor ms at now on a string key, keeping its counters; the key lives at least that long.
 local function writeBlock(key, now, blockFor, body)
-  local ttl = redis.call('PTTL', key)
-  if ttl < blockFor then ttl = blockFor end
-  redis.call('SET', key, withMarker(now + blockFor, body), 'PX', ttl)
+  setAtLeast(key, withMarker(now + blockFor, body), blockFor)
 end
 -- After a check on a string key: ms left on the identifier's block, either what remains of the
 -- block it is under, or a new block of blockFor ms, started when this check (not a dry run) was denied.
@@ -53,6 +58,16 @@ local function blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun
   return 0
 end
 `;
+
+/**
+ * The twin of the Lua `setAtLeast`, for a settlement's charge: `next` replaces `previous`, and the
+ * state lives at least until `livesUntil` (epoch ms; the Lua takes ms from now), a later expiry kept.
+ */
+export function setAtLeast<Body>(previous: Body | undefined, next: Body, livesUntil: number, reply: RawReply): MemoryResult<Body> {
+  return previous === undefined
+    ? { reply, state: next, expiresAt: livesUntil }
+    : { reply, state: next, expiresAt: undefined, minExpiresAt: livesUntil };
+}
 
 /** An identifier's stored state: the algorithm's own (`body`), and the end of a block (0 for none). */
 export interface Stored<Body> {

@@ -1,7 +1,6 @@
 import { checkReply, pushTier, settleReply } from '../protocol';
-import { blockingCheck, blockingSettle, type Stored } from './block';
-import { checkWithLease } from './lease';
-import { checkLua, settleLua } from './prelude';
+import { type Stored, setAtLeast } from './block';
+import { checkLua, defineAlgorithm, settleLua } from './prelude';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -129,9 +128,7 @@ elseif actualCost > cost then
       local left = (index + 1) * windows[i] - now
       if left > expiry then expiry = left end
     end
-    local ttl = redis.call('PTTL', key)
-    if ttl < expiry then ttl = expiry end
-    redis.call('SET', key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), 'PX', ttl)
+    setAtLeast(key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), expiry)
   end
 end
 return settleReply(givenBack, charged)
@@ -162,14 +159,11 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
     next[2 * i + 1] = (state !== undefined && state[2 * i] === index ? state[2 * i + 1] : 0) + charged;
     expiry = Math.max(expiry, (index + 1) * window - now);
   }
-  return state === undefined
-    ? { reply: settleReply(0, charged), state: next, expiresAt: now + expiry }
-    : { reply: settleReply(0, charged), state: next, expiresAt: undefined, minExpiresAt: now + expiry };
+  return setAtLeast(state, next, now + expiry, settleReply(0, charged));
 }
 
-export const fixedWindow: AlgorithmScripts<FixedWindowState> = {
-  algorithm: 'fixed-window',
-  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, nodeBatchLua: CHECK.nodeBatchLua, apply: blockingCheck(check) },
-  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
-  settle: { lua: SETTLE, apply: blockingSettle(settle) },
-};
+export const fixedWindow: AlgorithmScripts<FixedWindowState> = defineAlgorithm(
+  'fixed-window',
+  { check: CHECK, settle: SETTLE },
+  { check, settle },
+);

@@ -4,12 +4,21 @@
  * and the builders that wrap an algorithm's Lua into its check, batch and settle scripts.
  */
 import { LUA_ARGS, LUA_BATCH, LUA_NODE_BATCH, LUA_NODE_BATCH_FLAGS, LUA_PROTOCOL } from '../protocol';
-import { LUA_BLOCK } from './block';
-import { LUA_LEASE_CHECK } from './lease';
+import { blockingCheck, blockingSettle, LUA_BLOCK, type Stored } from './block';
+import { checkWithLease, LUA_LEASE_CHECK } from './lease';
 import { LUA_SHARED } from './shared';
+import type { AlgorithmName, AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /** The Lua at the top of every script. */
 const LUA_PRELUDE = `${LUA_PROTOCOL}${LUA_SHARED}${LUA_BLOCK}`;
+
+/** The check scripts of an algorithm, as {@link checkLua} builds them. */
+interface CheckLua {
+  readonly lua: string;
+  readonly batchLua: string;
+  readonly nodeBatchLua: string;
+  readonly leaseLua: string;
+}
 
 /**
  * The check scripts of an algorithm, from its Lua `helpers` (functions of their arguments
@@ -19,7 +28,7 @@ const LUA_PRELUDE = `${LUA_PROTOCOL}${LUA_SHARED}${LUA_BLOCK}`;
  * slots on one node (the node batch of `protocol.ts`); `leaseLua` checks `KEYS[1]` and takes a
  * lease in the lease key `KEYS[2]` (see `lease.ts`).
  */
-export function checkLua(helpers: string, body: string): { lua: string; batchLua: string; nodeBatchLua: string; leaseLua: string } {
+export function checkLua(helpers: string, body: string): CheckLua {
   const check = `${LUA_PRELUDE}${helpers}
 local function check(key, argv)
   ${LUA_ARGS}
@@ -40,4 +49,26 @@ export function settleLua(helpers: string, body: string): string {
 local argv, key = ARGV, KEYS[1]
 ${LUA_ARGS}
 ${body}`;
+}
+
+/** The TypeScript twin of an algorithm's check or settle body, on its own state (blocks aside). */
+type Twin<Body> = (body: Body | undefined, args: ScriptArgs) => MemoryResult<Body>;
+
+/**
+ * An algorithm's scripts, from its Lua (built by {@link checkLua} and {@link settleLua}) and the
+ * twins of its check and settle bodies, wrapped as every algorithm's are: with blocks (`block.ts`)
+ * and, for the check, with the lease of a limiter with `concurrency` (`lease.ts`).
+ */
+export function defineAlgorithm<Body>(
+  algorithm: AlgorithmName,
+  lua: { readonly check: CheckLua; readonly settle: string },
+  twins: { readonly check: Twin<Body>; readonly settle: Twin<Body> },
+): AlgorithmScripts<Stored<Body>> {
+  const check = blockingCheck(twins.check);
+  return {
+    algorithm,
+    check: { lua: lua.check.lua, batchLua: lua.check.batchLua, nodeBatchLua: lua.check.nodeBatchLua, apply: check },
+    leaseCheck: { lua: lua.check.leaseLua, apply: checkWithLease(check) },
+    settle: { lua: lua.settle, apply: blockingSettle(twins.settle) },
+  };
 }

@@ -1,8 +1,7 @@
 import { checkReply, pushTier, settleReply } from '../protocol';
 import { longestWindow } from '../tiers';
-import { blockingCheck, blockingSettle, type Stored } from './block';
-import { checkWithLease } from './lease';
-import { checkLua, settleLua } from './prelude';
+import { type Stored, setAtLeast } from './block';
+import { checkLua, defineAlgorithm, settleLua } from './prelude';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -242,14 +241,11 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
   const log = state === undefined ? [] : state.slice(firstAbove(state, now - longest));
   const at = firstAbove(log, now);
   const next = [...log.slice(0, at), ...new Array<number>(charged).fill(now), ...log.slice(at)];
-  return state === undefined
-    ? { reply: settleReply(0, charged), state: next, expiresAt: now + longest }
-    : { reply: settleReply(0, charged), state: next, expiresAt: undefined, minExpiresAt: now + longest };
+  return setAtLeast(state, next, now + longest, settleReply(0, charged));
 }
 
-export const slidingLog: AlgorithmScripts<SlidingLogState> = {
-  algorithm: 'sliding-log',
-  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, nodeBatchLua: CHECK.nodeBatchLua, apply: blockingCheck(check) },
-  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
-  settle: { lua: SETTLE, apply: blockingSettle(settle) },
-};
+export const slidingLog: AlgorithmScripts<SlidingLogState> = defineAlgorithm(
+  'sliding-log',
+  { check: CHECK, settle: SETTLE },
+  { check, settle },
+);

@@ -1,8 +1,7 @@
 import { checkReply, pushTier, settleReply } from '../protocol';
 import { longestWindow } from '../tiers';
-import { blockingCheck, blockingSettle, type Stored } from './block';
-import { checkWithLease } from './lease';
-import { checkLua, settleLua } from './prelude';
+import { type Stored, setAtLeast } from './block';
+import { checkLua, defineAlgorithm, settleLua } from './prelude';
 import { remainingOf } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
@@ -203,9 +202,7 @@ elseif actualCost > cost then
       local c, p = countsAt(saved, i, index)
       parts[i] = base36(index) .. ':' .. base36(c + charged) .. ':' .. base36(p)
     end
-    local ttl = redis.call('PTTL', key)
-    if ttl < 2 * longest then ttl = 2 * longest end
-    redis.call('SET', key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), 'PX', ttl)
+    setAtLeast(key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), 2 * longest)
   end
 end
 return settleReply(givenBack, charged)
@@ -239,14 +236,11 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
   }
   // Like the script's PX: at least a counting check's expiry, longer when the key already lives longer.
   const livesUntil = now + 2 * longestWindow(tiers);
-  return state === undefined
-    ? { reply: settleReply(0, charged), state: next, expiresAt: livesUntil }
-    : { reply: settleReply(0, charged), state: next, expiresAt: undefined, minExpiresAt: livesUntil };
+  return setAtLeast(state, next, livesUntil, settleReply(0, charged));
 }
 
-export const slidingWindow: AlgorithmScripts<SlidingWindowState> = {
-  algorithm: 'sliding-window',
-  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, nodeBatchLua: CHECK.nodeBatchLua, apply: blockingCheck(check) },
-  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
-  settle: { lua: SETTLE, apply: blockingSettle(settle) },
-};
+export const slidingWindow: AlgorithmScripts<SlidingWindowState> = defineAlgorithm(
+  'sliding-window',
+  { check: CHECK, settle: SETTLE },
+  { check, settle },
+);

@@ -1,7 +1,6 @@
 import { checkReply, pushTier, settleReply } from '../protocol';
-import { blockingCheck, blockingSettle, type Stored } from './block';
-import { checkWithLease } from './lease';
-import { checkLua, settleLua } from './prelude';
+import { type Stored, setAtLeast } from './block';
+import { checkLua, defineAlgorithm, settleLua } from './prelude';
 import { remainingOf } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
@@ -223,9 +222,7 @@ elseif actualCost > cost then
       if r > 0 then full = full + 1 end
       if full > expiry then expiry = full end
     end
-    local ttl = redis.call('PTTL', key)
-    if ttl < expiry then ttl = expiry end
-    redis.call('SET', key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), 'PX', ttl)
+    setAtLeast(key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), expiry)
   end
 end
 return settleReply(givenBack, charged)
@@ -268,14 +265,11 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
     next[2 * i + 1] = r;
     expiry = Math.max(expiry, m - now + (r > 0 ? 1 : 0));
   }
-  return state === undefined
-    ? { reply: settleReply(0, charged), state: next, expiresAt: now + expiry }
-    : { reply: settleReply(0, charged), state: next, expiresAt: undefined, minExpiresAt: now + expiry };
+  return setAtLeast(state, next, now + expiry, settleReply(0, charged));
 }
 
-export const tokenBucket: AlgorithmScripts<TokenBucketState> = {
-  algorithm: 'token-bucket',
-  check: { lua: CHECK.lua, batchLua: CHECK.batchLua, nodeBatchLua: CHECK.nodeBatchLua, apply: blockingCheck(check) },
-  leaseCheck: { lua: CHECK.leaseLua, apply: checkWithLease(blockingCheck(check)) },
-  settle: { lua: SETTLE, apply: blockingSettle(settle) },
-};
+export const tokenBucket: AlgorithmScripts<TokenBucketState> = defineAlgorithm(
+  'token-bucket',
+  { check: CHECK, settle: SETTLE },
+  { check, settle },
+);

@@ -1,5 +1,4 @@
-import type { LeaseCall } from '../protocol';
-import type { Tier } from '../tiers';
+import type { ScriptCall } from '../protocol';
 
 /** The name of a rate-limiting algorithm, as given in the `algorithm` option. */
 export type AlgorithmName = 'sliding-window' | 'fixed-window' | 'sliding-log' | 'token-bucket';
@@ -8,25 +7,11 @@ export type AlgorithmName = 'sliding-window' | 'fixed-window' | 'sliding-log' | 
 export type RawReply = readonly number[];
 
 /**
- * What a script's TypeScript twin is given: the locals the Lua script decodes from its ARGV
- * (see `protocol.ts`), under the same names, with `now` always known (the MemoryStore reads
- * its clock before it calls a twin).
+ * What a script's TypeScript twin is given: the {@link ScriptCall} the Lua script decodes from
+ * its ARGV (see `protocol.ts`), under the same names, with `now` always known (the MemoryStore
+ * reads its clock before it calls a twin).
  */
-export interface ScriptArgs {
-  readonly now: number;
-  readonly cost: number;
-  /** When true, evaluate only: nothing is written. */
-  readonly dryRun: boolean;
-  /** Milliseconds an identifier stays refused once a check denies it; 0 for no block. */
-  readonly blockFor: number;
-  /** When the check being settled counted its `cost` (epoch ms); 0 for a check. */
-  readonly countedAt: number;
-  /** What the check being settled turned out to cost; 0 for a check. */
-  readonly actualCost: number;
-  readonly tiers: readonly Tier[];
-  /** The lease a check takes, or that a release or renewal names (see `lease.ts`). */
-  readonly lease?: LeaseCall | undefined;
-}
+export type ScriptArgs = Omit<ScriptCall, 'now'> & { readonly now: number };
 
 /** The TypeScript twin's result: the reply, and the state to keep (undefined: delete it). */
 export interface MemoryResult<State> {

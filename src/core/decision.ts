@@ -1,20 +1,45 @@
 import { remainingOf } from '../algorithms/shared';
 import type { RawReply } from '../algorithms/types';
+import type { ScriptCall } from '../protocol';
 import { LEASE_REPLY, REPLY, TIER_REPLY } from '../protocol';
 import type { Tier } from '../tiers';
 import type { ConcurrencyDecision, Decision, TierDecision } from './types';
 
-/** What a check asked, which its reply does not repeat. */
-export interface CheckAsked {
-  readonly identifier: string;
-  readonly tiers: readonly Tier[];
-  readonly cost: number;
-  /** A peek: nothing was to be counted. */
-  readonly dryRun: boolean;
-  /** The limiter runs in shadow mode. */
-  readonly shadow: boolean;
-  /** The bound on requests in progress of a check that took a lease; 0 for none (no lease part in the reply). */
-  readonly concurrency: number;
+/** What a decision says besides the figures of its binding tier. */
+type Verdict = Pick<
+  Decision,
+  'allowed' | 'identifier' | 'retryAfterMs' | 'now' | 'cost' | 'counted' | 'blocked' | 'shadow' | 'cached' | 'concurrency'
+>;
+
+/** The figures of the binding tier that a decision repeats at its top. */
+type TopFigures = Pick<TierDecision, 'limit' | 'window' | 'remaining' | 'estimated' | 'resetAt'>;
+
+/**
+ * The one constructor of a {@link Decision}: `verdict`, with the figures of the binding tier
+ * `tiers[tier]` at its top (or of `top`, for a limiter with no tier, bounding requests in progress
+ * only). The ratio of a tier of limit 0 is `Infinity` (it allows nothing).
+ */
+export function makeDecision(verdict: Verdict, tiers: readonly TierDecision[], tier: number, top: TopFigures = tiers[tier]): Decision {
+  return {
+    allowed: verdict.allowed,
+    identifier: verdict.identifier,
+    limit: top.limit,
+    window: top.window,
+    remaining: top.remaining,
+    estimated: top.estimated,
+    ratio: top.limit === 0 ? Infinity : top.estimated / top.limit,
+    resetAt: top.resetAt,
+    retryAfterMs: verdict.retryAfterMs,
+    tier,
+    tiers,
+    now: verdict.now,
+    cost: verdict.cost,
+    counted: verdict.counted,
+    blocked: verdict.blocked,
+    shadow: verdict.shadow,
+    cached: verdict.cached,
+    concurrency: verdict.concurrency,
+  };
 }
 
 /** Milliseconds left on the identifier's block, from a check's raw reply; 0 when it is not blocked. */
@@ -32,7 +57,9 @@ function bindsOver(tier: TierDecision, best: TierDecision): boolean {
  * wait and reset, and the binding tier, the one that keeps the client waiting longest, then the
  * one with least left. While the identifier is blocked, no tier has quota before the block ends.
  */
-export function decodeDecision(raw: RawReply, { identifier, tiers, cost, dryRun, shadow, concurrency }: CheckAsked): Decision {
+export function decodeDecision(raw: RawReply, call: ScriptCall, identifier: string, shadow: boolean): Decision {
+  const { tiers, cost, dryRun } = call;
+  const concurrency = call.lease?.concurrency ?? 0;
   const allowed = raw[REPLY.allowed] === 1;
   const now = Number(raw[REPLY.now]);
   const blockedMs = blockedMsOf(raw);
@@ -57,67 +84,44 @@ export function decodeDecision(raw: RawReply, { identifier, tiers, cost, dryRun,
     if (bindsOver(tier, tierDecisions[binding])) binding = i;
   }
   const leases = concurrency > 0 ? leasePart(raw, tiers.length, concurrency) : undefined;
-  if (tiers.length === 0) return rateless(allowed, identifier, now, cost, dryRun, shadow, leases as ConcurrencyDecision);
-  const top = tierDecisions[binding];
+  const counted = allowed && cost > 0 && !dryRun;
+  if (tiers.length === 0) {
+    // A limiter that bounds requests in progress only: its top-level figures describe that bound.
+    const bound = leases as ConcurrencyDecision;
+    const verdict = {
+      allowed,
+      identifier,
+      retryAfterMs: allowed ? 0 : Infinity,
+      now,
+      cost,
+      counted,
+      blocked: false,
+      shadow,
+      cached: false,
+      concurrency: bound,
+    };
+    const top = {
+      limit: bound.limit,
+      window: 0,
+      remaining: Math.max(0, bound.limit - bound.inProgress),
+      estimated: bound.inProgress,
+      resetAt: now,
+    };
+    return makeDecision(verdict, [], -1, top);
+  }
   const refused = leases?.refused === true;
-  return {
-    allowed,
-    identifier,
-    limit: top.limit,
-    window: top.window,
-    remaining: top.remaining,
-    estimated: top.estimated,
-    ratio: top.estimated / top.limit,
-    resetAt: top.resetAt,
-    retryAfterMs: allowed ? 0 : refused ? Infinity : top.retryAfterMs,
-    tier: binding,
-    tiers: tierDecisions,
-    now,
-    cost,
-    counted: allowed && cost > 0 && !dryRun,
-    blocked: blockedMs > 0,
-    shadow,
-    cached: false,
-    concurrency: leases,
-  };
+  const retryAfterMs = allowed ? 0 : refused ? Infinity : tierDecisions[binding].retryAfterMs;
+  return makeDecision(
+    { allowed, identifier, retryAfterMs, now, cost, counted, blocked: blockedMs > 0, shadow, cached: false, concurrency: leases },
+    tierDecisions,
+    binding,
+  );
 }
 
 /** The bound on requests in progress, from the lease part that follows the tiers in a reply. */
 function leasePart(raw: RawReply, tiers: number, limit: number): ConcurrencyDecision {
   const at = REPLY.firstTier + TIER_REPLY.size * tiers;
   return { limit, inProgress: Number(raw[at + LEASE_REPLY.inProgress]), refused: raw[at + LEASE_REPLY.refused] === 1 };
-}
-
-/** The decision of a limiter that bounds requests in progress only: its top-level figures describe that bound. */
-function rateless(
-  allowed: boolean,
-  identifier: string,
-  now: number,
-  cost: number,
-  dryRun: boolean,
-  shadow: boolean,
-  leases: ConcurrencyDecision,
-): Decision {
-  return {
-    allowed,
-    identifier,
-    limit: leases.limit,
-    window: 0,
-    remaining: Math.max(0, leases.limit - leases.inProgress),
-    estimated: leases.inProgress,
-    ratio: leases.inProgress / leases.limit,
-    resetAt: now,
-    retryAfterMs: allowed ? 0 : Infinity,
-    tier: -1,
-    tiers: [],
-    now,
-    cost,
-    counted: allowed && cost > 0 && !dryRun,
-    blocked: false,
-    shadow,
-    cached: false,
-    concurrency: leases,
-  };
 }
 
 /**
@@ -128,27 +132,7 @@ function rateless(
 export function neverAllowed(peek: Decision, cost: number): Decision {
   const tiers = peek.tiers.map((tier) => (cost > tier.limit ? { ...tier, retryAfterMs: Infinity } : tier));
   const binding = tiers.findIndex((tier) => tier.retryAfterMs === Infinity);
-  const top = tiers[binding];
-  return {
-    ...peek,
-    allowed: false,
-    limit: top.limit,
-    window: top.window,
-    remaining: top.remaining,
-    estimated: top.estimated,
-    ratio: ratioOf(top),
-    resetAt: top.resetAt,
-    retryAfterMs: Infinity,
-    tier: binding,
-    tiers,
-    cost,
-    counted: false,
-  };
-}
-
-/** Used over allowed: `Infinity` for a tier of limit 0 (it allows nothing). */
-function ratioOf(tier: TierDecision): number {
-  return tier.limit === 0 ? Infinity : tier.estimated / tier.limit;
+  return makeDecision({ ...peek, allowed: false, retryAfterMs: Infinity, cost, counted: false }, tiers, binding);
 }
 
 /**
@@ -172,26 +156,21 @@ export function withoutQuota(
     tierDecisions[i] = tier;
     if (bindsOver(tier, tierDecisions[binding])) binding = i;
   }
-  const top = tierDecisions[binding];
-  const decision: Decision = {
-    allowed: peek?.allowed ?? true,
-    identifier,
-    limit: top.limit,
-    window: top.window,
-    remaining: top.remaining,
-    estimated: top.estimated,
-    ratio: ratioOf(top),
-    resetAt: top.resetAt,
-    retryAfterMs: peek?.retryAfterMs ?? 0,
-    tier: binding,
-    tiers: tierDecisions,
-    now: at,
-    cost,
-    counted: false,
-    blocked: peek?.blocked ?? false,
-    shadow,
-    cached: false,
-    concurrency: peek?.concurrency,
-  };
+  const decision = makeDecision(
+    {
+      allowed: peek?.allowed ?? true,
+      identifier,
+      retryAfterMs: peek?.retryAfterMs ?? 0,
+      now: at,
+      cost,
+      counted: false,
+      blocked: peek?.blocked ?? false,
+      shadow,
+      cached: false,
+      concurrency: peek?.concurrency,
+    },
+    tierDecisions,
+    binding,
+  );
   return cost > 0 ? neverAllowed(decision, cost) : decision;
 }

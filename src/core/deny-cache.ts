@@ -1,5 +1,6 @@
 import { LruMap } from '../lru';
 import { sameTiers, type Tier } from '../tiers';
+import { makeDecision } from './decision';
 import type { Decision, TierDecision } from './types';
 
 interface CachedDenial {
@@ -55,27 +56,23 @@ export class DenyCache {
         resetAt: tier.resetAt === decision.now ? at : tier.resetAt,
       };
     }
-    return {
-      allowed: false,
-      identifier: decision.identifier,
-      limit: decision.limit,
-      window: decision.window,
-      remaining: decision.remaining,
-      estimated: decision.estimated,
-      ratio: decision.ratio,
-      resetAt: aged[decision.tier].resetAt,
-      retryAfterMs: decision.retryAfterMs - elapsed,
-      tier: decision.tier,
-      tiers: aged,
-      now: at,
-      cost: decision.cost,
-      counted: false,
-      blocked: decision.blocked,
-      shadow: decision.shadow,
-      cached: true,
-      // As the store saw it at the denial: a refusal by the bound itself is never cached.
-      concurrency: decision.concurrency,
-    };
+    return makeDecision(
+      {
+        allowed: false,
+        identifier: decision.identifier,
+        retryAfterMs: decision.retryAfterMs - elapsed,
+        now: at,
+        cost: decision.cost,
+        counted: false,
+        blocked: decision.blocked,
+        shadow: decision.shadow,
+        cached: true,
+        // As the store saw it at the denial: a refusal by the bound itself is never cached.
+        concurrency: decision.concurrency,
+      },
+      aged,
+      decision.tier,
+    );
   }
 
   /**

@@ -312,14 +312,7 @@ class RateLimiter implements LimiterCore {
   private giveBackLate(identifier: string, key: string, raw: RawReply, call: ScriptCall): void {
     let decision: Decision;
     try {
-      decision = decodeDecision(raw, {
-        identifier,
-        tiers: call.tiers,
-        cost: call.cost,
-        dryRun: call.dryRun,
-        shadow: this.shadow,
-        concurrency: call.lease?.concurrency ?? 0,
-      });
+      decision = decodeDecision(raw, call, identifier, this.shadow);
     } catch {
       return;
     }
@@ -331,8 +324,8 @@ class RateLimiter implements LimiterCore {
 
   /** Decodes a check's reply, and keeps the deny cache true to it. */
   private decisionOf(identifier: string, key: string, raw: RawReply, call: ScriptCall): Decision {
-    const { tiers, cost, dryRun, lease } = call;
-    let decision = decodeDecision(raw, { identifier, tiers, cost, dryRun, shadow: this.shadow, concurrency: lease?.concurrency ?? 0 });
+    const { dryRun, lease } = call;
+    let decision = decodeDecision(raw, call, identifier, this.shadow);
     if (lease !== undefined && decision.allowed && !dryRun) {
       decision = { ...decision, lease: new HeldLease(this.changeLeaseOf, leaseKeyOf(key), lease.id) };
     }
