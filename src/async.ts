@@ -12,7 +12,7 @@
 export type Done<T> = (error: unknown, value?: T) => void;
 
 /** A `Done` that settles a promise: the value resolves it, an error alone rejects it. */
-export function settling<T>(resolve: (value: T) => void, reject: (error: unknown) => void): Done<T> {
+export function promiseCallback<T>(resolve: (value: T) => void, reject: (error: unknown) => void): Done<T> {
   return (error, value) => (value === undefined ? reject(error) : resolve(value));
 }
 

@@ -78,20 +78,20 @@ export class CircuitBreaker {
   private lastFailure: unknown;
   /**
    * The store's connections made when the breaker opened, or when its last probe was sent (see
-   * `readies`): a probe sent before a reconnection fails for the old connection, and the next
+   * `connectionsMade`): a probe sent before a reconnection fails for the old connection, and the next
    * call then probes at once.
    */
-  private readiesWhenOpened = 0;
-  private readiesAtProbe = 0;
+  private connectionsWhenOpened = 0;
+  private connectionsAtProbe = 0;
 
   /**
-   * `readies`: how many times the store's connection has been made, when the store tells. A new
+   * `connectionsMade`: how many times the store's connection has been made, when the store tells. A new
    * connection since the breaker opened ends its interval: the next call goes through as the probe.
    */
   constructor(
     private readonly options: ResolvedBreakerOptions,
     private readonly now: () => number = Date.now,
-    private readonly readies?: () => number,
+    private readonly connectionsMade?: () => number,
   ) {
     this.openMs = options.openMs;
   }
@@ -110,7 +110,7 @@ export class CircuitBreaker {
     if (this.openUntil === 0) return undefined;
     if (!this.probing && (this.now() >= this.openUntil || this.reconnected())) {
       this.probing = true;
-      if (this.readies !== undefined) this.readiesAtProbe = this.readies();
+      if (this.connectionsMade !== undefined) this.connectionsAtProbe = this.connectionsMade();
       return undefined;
     }
     return new CircuitOpenError(
@@ -120,14 +120,14 @@ export class CircuitBreaker {
   }
 
   private reconnected(): boolean {
-    return this.readies !== undefined && this.readies() !== this.readiesWhenOpened;
+    return this.connectionsMade !== undefined && this.connectionsMade() !== this.connectionsWhenOpened;
   }
 
-  /** Opens (or opens again) for `openMs` from now, as of `readies` connections made. */
-  private openFor(error: unknown, readies: number): void {
+  /** Opens (or opens again) for `openMs` from now, as of `connectionsMade` connections made. */
+  private openFor(error: unknown, connectionsMade: number): void {
     this.lastFailure = error;
     this.openUntil = this.now() + this.openMs;
-    this.readiesWhenOpened = readies;
+    this.connectionsWhenOpened = connectionsMade;
   }
 
   succeeded(): void {
@@ -148,7 +148,7 @@ export class CircuitBreaker {
   failed(error: unknown): void {
     if (this.openUntil === 0) {
       if (++this.failures < this.options.failures) return;
-      this.openFor(error, this.readies?.() ?? 0);
+      this.openFor(error, this.connectionsMade?.() ?? 0);
       return;
     }
     // A call that went through before the breaker opened: it changes nothing.
@@ -156,6 +156,6 @@ export class CircuitBreaker {
     // The probe failed: open again, for twice as long.
     this.probing = false;
     this.openMs = Math.min(this.openMs * 2, this.options.maxOpenMs);
-    this.openFor(error, this.readiesAtProbe);
+    this.openFor(error, this.connectionsAtProbe);
   }
 }

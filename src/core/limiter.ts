@@ -60,7 +60,7 @@ interface CallChanges {
 
 const PEEK: CallChanges = { dryRun: true };
 
-type RunCheck = CallbackStore['checkThen'];
+type RunCheck = CallbackStore['checkWithCallback'];
 
 /** The limiter: runs an algorithm's scripts through a store, bounded by a timeout, behind a deny cache. */
 class RateLimiter implements LimiterCore {
@@ -105,8 +105,9 @@ class RateLimiter implements LimiterCore {
     this.scripts = ALGORITHMS[this.algorithm];
     this.keys = new KeyCache(this.prefix, this.concurrency > 0);
     // A store that counts its connections lets the breaker probe as soon as one is made again.
-    const readies = options.store.readies?.bind(options.store);
-    const breaker = options.breaker === undefined ? undefined : new CircuitBreaker(options.breaker, Date.now, readies);
+    const { store } = options;
+    const connectionsMade = (store.connectionsMade ?? store.readies)?.bind(store);
+    const breaker = options.breaker === undefined ? undefined : new CircuitBreaker(options.breaker, Date.now, connectionsMade);
     this.breaker = breaker;
     this.refundLateCounts = options.refundLateCounts;
     this.deadlines = new Deadlines(this.timeoutMs, breaker === undefined ? undefined : (error) => breaker.failed(error));
@@ -422,8 +423,8 @@ class MeteredCheck implements PreparedCheck {
 function storeCheckOf(store: Store): RunCheck {
   const callbackStore = store as Partial<CallbackStore>;
   // Looked up on every call, not bound once, so a store's method replaced later (a spy) is the one used.
-  if (typeof callbackStore.checkThen === 'function')
-    return (scripts, key, call, done) => (store as CallbackStore).checkThen(scripts, key, call, done);
+  if (typeof callbackStore.checkWithCallback === 'function')
+    return (scripts, key, call, done) => (store as CallbackStore).checkWithCallback(scripts, key, call, done);
   return (scripts, key, call, done) => {
     let reply: Promise<RawReply>;
     try {

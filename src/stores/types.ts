@@ -32,10 +32,12 @@ export interface Store {
    * How many times the store's connection has been made (it grows with each reconnection): an
    * open circuit breaker probes at once when it changes, instead of waiting out its interval.
    */
+  connectionsMade?(): number;
+  /** @deprecated Use {@link connectionsMade}: read when a store has only this. */
   readies?(): number;
 }
 
 /** A store that can also answer a check through a callback, as `RedisStore` does: the limiter's hot path then builds no promise. */
 export interface CallbackStore extends Store {
-  checkThen(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): void;
+  checkWithCallback(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): void;
 }

@@ -49,22 +49,22 @@ test('opens after `failures` in a row, refuses at once with the failure as cause
 
 test('a connection made again since the breaker opened ends its interval: the next call probes', () => {
   const time = clock();
-  let readies = 1;
-  const breaker = new CircuitBreaker(OPTIONS, time.now, () => readies);
+  let connectionsMade = 1;
+  const breaker = new CircuitBreaker(OPTIONS, time.now, () => connectionsMade);
   for (let i = 0; i < 3; i++) breaker.failed(new Error('timeout'));
   expect(breaker.refusal()).toBeDefined();
-  readies++;
+  connectionsMade++;
   expect(breaker.refusal()).toBeUndefined();
   expect(breaker.refusal()).toBeDefined();
   // The probe fails: open again, for twice as long, as of the connections made when it was sent.
   breaker.failed(new Error('timeout again'));
   time.advance(199);
   expect(breaker.refusal()).toBeDefined();
-  readies++;
+  connectionsMade++;
   expect(breaker.refusal()).toBeUndefined();
   // A reconnection while this probe is out: it went on the old connection, and its failure is
   // followed by another probe at once rather than after 350 ms.
-  readies++;
+  connectionsMade++;
   breaker.failed(new Error('timeout on the old connection'));
   expect(breaker.refusal()).toBeUndefined();
   breaker.succeeded();

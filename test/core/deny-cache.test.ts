@@ -97,7 +97,7 @@ describe.each(stores)('deny cache on %s', (_name, makeStore) => {
 
 describe('deny cache saves store round trips', () => {
   onRedis.test('a flood of 1,000 checks from a denied identifier makes no Redis calls after the first denial', async () => {
-    const spy = jest.spyOn(RedisStore.prototype, 'checkThen');
+    const spy = jest.spyOn(RedisStore.prototype, 'checkWithCallback');
     const limiter = createLimiter({ store: new RedisStore({ client }), limit: 5, window: '1m', prefix: uniquePrefix('flood') });
     for (let i = 0; i < 5; i++) expect((await limiter.check('flooder')).allowed).toBe(true);
     const first = await limiter.check('flooder');
@@ -121,7 +121,7 @@ describe('deny cache saves store round trips', () => {
   });
 
   onRedis.test('the cached denial lasts exactly until retryAfterMs, then the store is asked again', async () => {
-    const spy = jest.spyOn(RedisStore.prototype, 'checkThen');
+    const spy = jest.spyOn(RedisStore.prototype, 'checkWithCallback');
     const clock = manualClock(1_700_000_000_000);
     const limiter = createLimiter({
       store: new RedisStore({ client }),
@@ -150,7 +150,7 @@ describe('deny cache saves store round trips', () => {
   });
 
   onRedis.test('reset() clears the cached denial', async () => {
-    const spy = jest.spyOn(RedisStore.prototype, 'checkThen');
+    const spy = jest.spyOn(RedisStore.prototype, 'checkWithCallback');
     const limiter = createLimiter({ store: new RedisStore({ client }), limit: 1, window: '1h', prefix: uniquePrefix('reset') });
     expect((await limiter.check('x')).allowed).toBe(true);
     expect((await limiter.check('x')).allowed).toBe(false);

@@ -8,15 +8,16 @@ import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError, warn } from '../../errors';
 import { dryRunArgIndex } from '../../protocol';
 import type { ClusterNode, ClusterRouting } from './batch';
-import { readMemoryPolicy } from './memory-policy';
+import { MemoryPolicies } from './memory-policy';
 import {
-  isNoScript,
+  type ClientHooks,
+  type Emitter,
+  evalScript,
+  packageScriptKind,
   type RedisClientAdapter,
-  readyCounter,
   rethrowStoreFailure,
   type ScriptKind,
-  scriptKindOf,
-  shaOf,
+  sharedState,
 } from './redis-client';
 
 /** The parts of an ioredis `Redis` or `Cluster` this package uses. */
@@ -43,12 +44,17 @@ interface IoredisCluster {
   on(event: '+node' | '-node', listener: (node: IoredisNode) => void): unknown;
 }
 
-/** Per client, shared by every store on it: whether it was ever ready. */
+/** Per client, shared by every store on it. */
 interface ClientState {
+  /** Whether the client was ever ready. */
   everReady: boolean;
+  readonly hooks: ClientHooks;
+  /** The Redis servers whose memory policy was read (see memory-policy.ts). */
+  readonly policies: MemoryPolicies;
+  /** Whether the unknown shape of the command queue was warned about. */
+  queueShapeWarned: boolean;
+  readonly routing: ClusterRouting | undefined;
 }
-
-const states = new WeakMap<IoredisClient, ClientState>();
 
 export function isIoredisClient(client: unknown): client is IoredisClient {
   const candidate = client as Partial<IoredisClient> | null;
@@ -62,30 +68,31 @@ export function isIoredisClient(client: unknown): client is IoredisClient {
   );
 }
 
-function stateOf(client: IoredisClient): ClientState {
-  let state = states.get(client);
-  if (state === undefined) {
-    const created: ClientState = { everReady: client.status === 'ready' };
-    client.on('ready', () => {
-      created.everReady = true;
-    });
-    client.on('close', () => abandonUnansweredChecks(client));
-    // Each new connection may reach another node (a restart, a Sentinel failover).
-    client.on('ready', () => readMemoryPolicies(client));
-    if (client.status === 'ready') readMemoryPolicies(client);
-    states.set(client, created);
-    state = created;
-  }
+function stateOf(client: IoredisClient, hooks: ClientHooks): ClientState {
+  const state: ClientState = {
+    everReady: client.status === 'ready',
+    hooks,
+    policies: new MemoryPolicies(),
+    queueShapeWarned: false,
+    routing: client.isCluster === true ? clusterRouting(client as unknown as IoredisCluster, hooks) : undefined,
+  };
+  hooks.on('ready', () => {
+    state.everReady = true;
+  });
+  hooks.on('close', () => abandonUnansweredChecks(client, packageScriptKind, state));
+  // Each new connection may reach another node (a restart, a Sentinel failover).
+  hooks.on('ready', () => readMemoryPolicies(client, state.policies));
+  if (client.status === 'ready') readMemoryPolicies(client, state.policies);
   return state;
 }
 
 /** Reads the memory policy of the node a standalone client is connected to, or of every master of a Cluster. */
-function readMemoryPolicies(client: IoredisClient): void {
+function readMemoryPolicies(client: IoredisClient, policies: MemoryPolicies): void {
   const info = (node: unknown) => () => (node as { info(): Promise<string> }).info();
   const nodes = (client as { nodes?: (role: string) => unknown[] }).nodes;
   if (client.isCluster === true && typeof nodes === 'function') {
-    for (const node of nodes.call(client, 'master')) readMemoryPolicy(info(node));
-  } else readMemoryPolicy(info(client));
+    for (const node of nodes.call(client, 'master')) policies.read(info(node));
+  } else policies.read(info(client));
 }
 
 /**
@@ -94,62 +101,50 @@ function readMemoryPolicies(client: IoredisClient): void {
  * holds keys of one slot, and is routed (and redirected) by its first key as any command is.
  */
 export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
-  const state = stateOf(client);
+  const { state, release } = sharedState(client as unknown as Emitter, (hooks) => stateOf(client, hooks));
   return {
     // ioredis queues commands while disconnected and replays them on reconnect, so a check
     // already failed open could still be counted minutes later. Once the connection has been
     // up, refuse to queue: fail now, count nothing.
     unavailable: () => (client.status !== 'ready' && state.everReady ? `Redis connection is ${client.status}` : undefined),
-    run: (lua, keys, argv) => evaluate(client, lua, 'single', keys, argv),
-    runBatch: (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, 'batch', keys, argv),
+    run: (lua, keys, argv) => evaluate(client, lua, keys, argv),
+    runBatch: (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, keys, argv),
     cluster: client.isCluster === true,
-    routing: client.isCluster === true ? clusterRouting(client as unknown as IoredisCluster) : undefined,
+    routing: state.routing,
     del: (key) => client.del(key).then(undefined, rethrowStoreFailure),
-    readies: readyCounter(client),
+    connectionsMade: () => state.hooks.connectionsMade,
+    release,
   };
 }
-
-const routings = new WeakMap<IoredisCluster, ClusterRouting>();
 
 /**
  * Node batches on an ioredis `Cluster`: the node of a slot from the cluster's slot map, and its
  * `Redis` from the cluster's pool (kept current by the pool's `+node` and `-node` events). A
  * node batch is sent to that `Redis` directly, since a call without keys would go to a random node.
  */
-function clusterRouting(cluster: IoredisCluster): ClusterRouting {
-  const known = routings.get(cluster);
-  if (known !== undefined) return known;
+function clusterRouting(cluster: IoredisCluster, hooks: ClientHooks): ClusterRouting {
   const nodes = new Map<string, IoredisNode>();
   const keyOf = (node: IoredisNode) => `${node.options.host}:${node.options.port}`;
   for (const node of cluster.nodes('all')) nodes.set(keyOf(node), node);
-  cluster.on('+node', (node) => nodes.set(keyOf(node), node));
-  cluster.on('-node', (node) => {
+  hooks.on('+node', (node: IoredisNode) => nodes.set(keyOf(node), node));
+  hooks.on('-node', (node: IoredisNode) => {
     if (nodes.get(keyOf(node)) === node) nodes.delete(keyOf(node));
   });
-  const routing: ClusterRouting = {
+  return {
     keyPrefix: cluster.options.keyPrefix ?? '',
     nodeOf: (slot) => {
       const address = cluster.slots[slot]?.[0];
       const node = address === undefined ? undefined : nodes.get(address);
       return node?.status === 'ready' ? node : undefined;
     },
-    runOnNode: (node: ClusterNode, script, argv) => evaluate(node as IoredisNode, script.nodeBatchLua, 'batch', [], argv),
+    runOnNode: (node: ClusterNode, script, argv) => evaluate(node as IoredisNode, script.nodeBatchLua, [], argv),
   };
-  routings.set(cluster, routing);
-  return routing;
 }
 
-function evaluate(
-  client: IoredisClient,
-  lua: string,
-  kind: ScriptKind,
-  keys: readonly string[],
-  argv: readonly (string | number)[],
-): Promise<unknown> {
-  return client.evalsha(shaOf(lua, kind), keys.length, ...keys, ...argv).then(undefined, (error: unknown) => {
-    if (isNoScript(error)) return client.eval(lua, keys.length, ...keys, ...argv).then(undefined, rethrowStoreFailure);
-    rethrowStoreFailure(error);
-  });
+function evaluate(client: IoredisClient, lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> {
+  return evalScript(lua, (command, script) =>
+    command === 'EVALSHA' ? client.evalsha(script, keys.length, ...keys, ...argv) : client.eval(script, keys.length, ...keys, ...argv),
+  );
 }
 
 /*
@@ -187,19 +182,26 @@ interface CommandQueue {
   peekAt(index: number): { command?: QueuedCommand } | undefined;
 }
 
-let warnedQueueShape = false;
+/** Where the unknown-shape warning is remembered: a client's state. */
+interface QueueShapeWarning {
+  queueShapeWarned: boolean;
+}
 
 /**
  * The client's `commandQueue` (or `offlineQueue`) when it has the shape this module knows;
- * `undefined` for a Cluster (no such queue) or another shape.
+ * `undefined` for a Cluster (no such queue) or another shape, warned about once per `warned`.
  */
-export function commandQueueOf(client: object, name: 'commandQueue' | 'offlineQueue' = 'commandQueue'): CommandQueue | undefined {
+export function commandQueueOf(
+  client: object,
+  name: 'commandQueue' | 'offlineQueue' = 'commandQueue',
+  warned: QueueShapeWarning = { queueShapeWarned: false },
+): CommandQueue | undefined {
   const queue = (client as Record<string, unknown>)[name];
   if (queue === undefined) return undefined;
   const candidate = queue as Partial<CommandQueue>;
   if (typeof candidate.length === 'number' && typeof candidate.peekAt === 'function') return queue as CommandQueue;
-  if (!warnedQueueShape) {
-    warnedQueueShape = true;
+  if (!warned.queueShapeWarned) {
+    warned.queueShapeWarned = true;
     warn(
       'SWL_IOREDIS_QUEUE_UNSUPPORTED',
       "This ioredis version's commandQueue has an unknown shape: checks unanswered when a Redis connection drops may be counted after it reconnects.",
@@ -213,18 +215,22 @@ export function commandQueueOf(client: object, name: 'commandQueue' | 'offlineQu
  * queues (sent, or waiting offline), and turns it into a dry run in case ioredis sends it after
  * reconnecting: the dry-run flag of a single-key call, or a batch's dry-run override.
  */
-export function abandonUnansweredChecks(client: object): void {
-  abandonIn(commandQueueOf(client, 'commandQueue'));
-  abandonIn(commandQueueOf(client, 'offlineQueue'));
+export function abandonUnansweredChecks(
+  client: object,
+  kindOf: (bodyOrSha: string) => ScriptKind | undefined = packageScriptKind,
+  warned?: QueueShapeWarning,
+): void {
+  abandonIn(commandQueueOf(client, 'commandQueue', warned), kindOf);
+  abandonIn(commandQueueOf(client, 'offlineQueue', warned), kindOf);
 }
 
-function abandonIn(queue: CommandQueue | undefined): void {
+function abandonIn(queue: CommandQueue | undefined, kindOf: (bodyOrSha: string) => ScriptKind | undefined): void {
   if (queue === undefined) return;
   for (let i = 0; i < queue.length; i++) {
     const command = queue.peekAt(i)?.command;
     if (command === undefined || (command.name !== 'evalsha' && command.name !== 'eval')) continue;
     if (!Array.isArray(command.args)) continue;
-    const kind = scriptKindOf(String(command.args[0]));
+    const kind = kindOf(String(command.args[0]));
     if (kind === undefined) continue;
     command.args[dryRunArgIndex(Number(command.args[1]), kind === 'batch')] = '1';
     command.reject(new StoreUnavailableError('Redis connection lost before the check was answered'));

@@ -9,14 +9,14 @@ import { setMaxListeners } from 'node:events';
 import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError } from '../../errors';
 import type { ClusterNode, ClusterRouting } from './batch';
-import { readMemoryPolicy } from './memory-policy';
+import { MemoryPolicies } from './memory-policy';
 import {
-  isNoScript,
+  type ClientHooks,
+  type Emitter,
+  evalScript,
   type RedisClientAdapter,
-  readyCounter,
   rethrowStoreFailure,
-  type ScriptKind,
-  shaOf,
+  sharedState,
   storeFailure,
 } from './redis-client';
 
@@ -73,13 +73,12 @@ type Send = (key: string, args: string[], options: NodeRedisCommandOptions) => P
 
 /** Per client, shared by every store on it. */
 interface ClientState {
-  /** The options of every command: {@link STANDALONE} or {@link CLUSTER}. */
-  readonly plain: NodeRedisCommandOptions;
+  /** The options of every command that needs no epoch: {@link STANDALONE} or {@link CLUSTER}. */
+  readonly baseOptions: NodeRedisCommandOptions;
   /** Undefined for a standalone client with `disableOfflineQueue: true`: node-redis queues nothing there. */
   readonly epoch: ConnectionEpoch<NodeRedisCommandOptions> | undefined;
+  readonly hooks: ClientHooks;
 }
-
-const states = new WeakMap<object, ClientState>();
 /**
  * Replies as node-redis decodes them by default (integers as numbers), whatever type mapping
  * the client has. And, on a standalone client, no per-command timer: node-redis 6 arms one
@@ -126,39 +125,41 @@ export function unsupportedNodeRedis(client: NodeRedisClient | NodeRedisCluster 
     : 'a node-redis client older than version 5 (no withAbortSignal): use node-redis 5 or 6';
 }
 
-function stateOf(client: NodeRedisClient | NodeRedisCluster, cluster: boolean): ClientState {
-  let state = states.get(client);
-  if (state === undefined) {
-    const options = cluster ? undefined : (client as { options?: { disableOfflineQueue?: boolean } }).options;
-    const plain = cluster ? CLUSTER : STANDALONE;
-    const epoch = options?.disableOfflineQueue === true ? undefined : new ConnectionEpoch(plain);
-    if (epoch !== undefined) watchConnections(client as { on(event: string, listener: () => void): unknown }, cluster, epoch);
-    state = { plain, epoch };
-    states.set(client, state);
-    watchMemoryPolicies(client, cluster, plain);
-  }
-  return state;
+function stateOf(client: NodeRedisClient | NodeRedisCluster, cluster: boolean, hooks: ClientHooks): ClientState {
+  const options = cluster ? undefined : (client as { options?: { disableOfflineQueue?: boolean } }).options;
+  const baseOptions = cluster ? CLUSTER : STANDALONE;
+  const epoch = options?.disableOfflineQueue === true ? undefined : new ConnectionEpoch(baseOptions);
+  // The events that mark a new connection: `connect` on a client, `node-connect` on a cluster.
+  if (epoch !== undefined) hooks.on(cluster ? 'node-connect' : 'connect', () => epoch.renew());
+  watchMemoryPolicies(client, cluster, baseOptions, hooks);
+  return { baseOptions, epoch, hooks };
 }
 
 /**
  * Reads the memory policy of the node a client reaches at each new connection (now, if it is
  * ready), or of every master of a cluster (now).
  */
-function watchMemoryPolicies(client: NodeRedisClient | NodeRedisCluster, cluster: boolean, options: NodeRedisCommandOptions): void {
+function watchMemoryPolicies(
+  client: NodeRedisClient | NodeRedisCluster,
+  cluster: boolean,
+  options: NodeRedisCommandOptions,
+  hooks: ClientHooks,
+): void {
+  const policies = new MemoryPolicies();
   if (cluster) {
     const { masters } = client as NodeRedisCluster;
     const nodeClient = (client as { nodeClient?: (node: unknown) => unknown }).nodeClient;
     if (typeof nodeClient !== 'function') return;
     for (const master of masters) {
-      readMemoryPolicy(() =>
+      policies.read(() =>
         Promise.resolve(nodeClient.call(client, master)).then((node) => (node as NodeRedisClient).sendCommand(['INFO'], options)),
       );
     }
     return;
   }
   const standalone = client as NodeRedisClient;
-  const read = () => readMemoryPolicy(() => standalone.sendCommand(['INFO'], options));
-  (standalone as { on(event: string, listener: () => void): unknown }).on('ready', read);
+  const read = () => policies.read(() => standalone.sendCommand(['INFO'], options));
+  hooks.on('ready', read);
   if (standalone.isReady) read();
 }
 
@@ -167,8 +168,6 @@ function watchMemoryPolicies(client: NodeRedisClient | NodeRedisCluster, cluster
  * check not written to Redis within this long, at most twice this long, is failed, never sent later.
  */
 const SENTINEL_EPOCH_MS = 100;
-
-const sentinelStates = new WeakMap<object, ConnectionEpoch<NodeRedisCommandOptions>>();
 
 /**
  * A node-redis Sentinel client (`createSentinel()`). Its `sendCommand` runs a command on a
@@ -182,46 +181,45 @@ const sentinelStates = new WeakMap<object, ConnectionEpoch<NodeRedisCommandOptio
  * again after a dropped connection carries its old, aborted signal, and is refused.
  */
 export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClientAdapter {
-  let epoch = sentinelStates.get(sentinel);
-  if (epoch === undefined) {
-    const created = new ConnectionEpoch<NodeRedisCommandOptions>(STANDALONE);
-    const on = sentinel as unknown as { on(event: string, listener: () => void): unknown };
-    on.on('reconnecting', () => created.renew());
-    on.on('topology-change', () => {
-      created.renew();
-      readMemoryPolicy(() => sentinel.sendCommand(false, ['INFO'], STANDALONE));
+  const { state, release } = sharedState(sentinel as unknown as Emitter, (hooks) => {
+    const epoch = new ConnectionEpoch<NodeRedisCommandOptions>(STANDALONE);
+    const policies = new MemoryPolicies();
+    const readPolicy = () => policies.read(() => sentinel.sendCommand(false, ['INFO'], STANDALONE));
+    hooks.on('reconnecting', () => epoch.renew());
+    hooks.on('topology-change', () => {
+      epoch.renew();
+      readPolicy();
     });
-    on.on('ready', () => readMemoryPolicy(() => sentinel.sendCommand(false, ['INFO'], STANDALONE)));
-    if (sentinel.isReady) readMemoryPolicy(() => sentinel.sendCommand(false, ['INFO'], STANDALONE));
-    setInterval(() => created.renew(), SENTINEL_EPOCH_MS).unref();
-    sentinelStates.set(sentinel, created);
-    epoch = created;
-  }
-  const current = epoch;
-  const evaluate = (lua: string, kind: ScriptKind, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> => {
-    const args = ['EVALSHA', shaOf(lua, kind), String(keys.length), ...keys];
-    for (const arg of argv) args.push(String(arg));
-    const options = current.options;
-    return sentinel.sendCommand(false, args, options).then(undefined, (error: unknown) => {
-      if (isNoScript(error)) {
-        const again = current.options;
-        return sentinel.sendCommand(false, ['EVAL', lua, ...args.slice(2)], again).then(undefined, (retryError: unknown) => {
-          throw failure(retryError, again);
-        });
-      }
-      throw failure(error, options);
-    });
+    hooks.on('ready', readPolicy);
+    if (sentinel.isReady) readPolicy();
+    hooks.every(SENTINEL_EPOCH_MS, () => epoch.renew());
+    return { epoch, hooks };
+  });
+  const { epoch } = state;
+  const evaluate = (lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> => {
+    const rest = [String(keys.length), ...keys];
+    for (const arg of argv) rest.push(String(arg));
+    let sent = epoch.options;
+    return evalScript(
+      lua,
+      (command, script) => {
+        sent = epoch.options;
+        return sentinel.sendCommand(false, [command, script, ...rest], sent);
+      },
+      (error) => failure(error, sent),
+    );
   };
   return {
     unavailable: () => {
       if (sentinel.isReady) return undefined;
       return sentinel.isOpen ? 'Redis Sentinel client is not ready' : closed('Redis Sentinel client');
     },
-    run: (lua, keys, argv) => evaluate(lua, 'single', keys, argv),
-    runBatch: (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
+    run: (lua, keys, argv) => evaluate(lua, keys, argv),
+    runBatch: (script: CheckScript, keys, argv) => evaluate(script.batchLua, keys, argv),
     cluster: false,
     del: (key) => sentinel.sendCommand(false, ['DEL', key], STANDALONE).then(undefined, rethrowStoreFailure),
-    readies: readyCounter(sentinel as unknown as { on(event: 'ready', listener: () => void): unknown }),
+    connectionsMade: () => state.hooks.connectionsMade,
+    release,
   };
 }
 
@@ -231,33 +229,25 @@ export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClie
  */
 export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): RedisClientAdapter {
   const cluster = isNodeRedisCluster(client);
-  const { plain, epoch } = stateOf(client, cluster);
+  const { state, release } = sharedState(client as unknown as Emitter, (hooks) => stateOf(client, cluster, hooks));
+  const { baseOptions, epoch } = state;
   const send: Send = cluster
     ? (key, args, options) => (client as NodeRedisCluster).sendCommand(key, false, args, options)
     : (_key, args, options) => (client as NodeRedisClient).sendCommand(args, options);
-  const optionsNow = (): NodeRedisCommandOptions => (epoch === undefined ? plain : epoch.options);
-  const evaluateWith = (
-    to: Send,
-    lua: string,
-    kind: ScriptKind,
-    keys: readonly string[],
-    argv: readonly (string | number)[],
-  ): Promise<unknown> => {
-    const args = ['EVALSHA', shaOf(lua, kind), String(keys.length), ...keys];
-    for (const arg of argv) args.push(String(arg));
-    const options = optionsNow();
-    return to(keys[0], args, options).then(undefined, (error: unknown) => {
-      if (isNoScript(error)) {
-        const again = optionsNow();
-        return to(keys[0], ['EVAL', lua, ...args.slice(2)], again).then(undefined, (retryError: unknown) => {
-          throw failure(retryError, again);
-        });
-      }
-      throw failure(error, options);
-    });
+  const optionsNow = (): NodeRedisCommandOptions => (epoch === undefined ? baseOptions : epoch.options);
+  const evaluateWith = (to: Send, lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> => {
+    const rest = [String(keys.length), ...keys];
+    for (const arg of argv) rest.push(String(arg));
+    let sent = optionsNow();
+    return evalScript(
+      lua,
+      (command, script) => {
+        sent = optionsNow();
+        return to(keys[0], [command, script, ...rest], sent);
+      },
+      (error) => failure(error, sent),
+    );
   };
-  const evaluate = (lua: string, kind: ScriptKind, keys: readonly string[], argv: readonly (string | number)[]) =>
-    evaluateWith(send, lua, kind, keys, argv);
   /**
    * Node batches on a node-redis cluster: the master of a slot from the cluster's slot map, and
    * its client once connected. A node batch is sent to that client directly, since a call without
@@ -272,7 +262,7 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
         },
         runOnNode: (node: ClusterNode, script, argv) => {
           const toNode: Send = (_key, args, options) => (node as NodeRedisClient).sendCommand(args, options);
-          return evaluateWith(toNode, script.nodeBatchLua, 'batch', [], argv);
+          return evaluateWith(toNode, script.nodeBatchLua, [], argv);
         },
       }
     : undefined;
@@ -283,12 +273,13 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
       if (client.isReady ?? client.isOpen) return undefined;
       return client.isOpen ? 'Redis connection is not ready' : closed('Redis client');
     },
-    run: (lua, keys, argv) => evaluate(lua, 'single', keys, argv),
-    runBatch: (script: CheckScript, keys, argv) => evaluate(script.batchLua, 'batch', keys, argv),
+    run: (lua, keys, argv) => evaluateWith(send, lua, keys, argv),
+    runBatch: (script: CheckScript, keys, argv) => evaluateWith(send, script.batchLua, keys, argv),
     cluster,
     routing,
-    del: (key) => send(key, ['DEL', key], plain).then(undefined, rethrowStoreFailure),
-    readies: readyCounter(client as unknown as { on(event: 'ready', listener: () => void): unknown }),
+    del: (key) => send(key, ['DEL', key], baseOptions).then(undefined, rethrowStoreFailure),
+    connectionsMade: () => state.hooks.connectionsMade,
+    release,
   };
 }
 
@@ -360,13 +351,4 @@ class ConnectionEpoch<Base extends object> {
     setMaxListeners(0, controller.signal);
     return { ...this.base, abortSignal: controller.signal };
   }
-}
-
-/** The events that mark a new connection: `connect` on a client, `node-connect` on a cluster. */
-function watchConnections(
-  client: { on(event: string, listener: () => void): unknown },
-  cluster: boolean,
-  epoch: ConnectionEpoch<object>,
-): void {
-  client.on(cluster ? 'node-connect' : 'connect', () => epoch.renew());
 }

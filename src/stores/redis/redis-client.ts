@@ -1,10 +1,12 @@
 /**
- * What a {@link RedisStore} needs of a Redis client, and what both client adapters share: the
- * scripts' SHA-1s (one cache per process: a SHA-1 is a function of the script's body alone) and
- * the `EVALSHA`-then-`EVAL` fallback. One small adapter per client kind (ioredis.ts,
- * node-redis.ts) implements the rest, so the store logic is written once.
+ * What a {@link RedisStore} needs of a Redis client, and what every client adapter shares: the
+ * scripts' SHA-1s, the `EVALSHA`-then-`EVAL` fallback, the listeners and timers made on a client
+ * (removed when its stores close), and the coding of failures. One small adapter per client kind
+ * (ioredis.ts, node-redis.ts) implements the rest, so the store logic is written once.
  */
 import { createHash } from 'node:crypto';
+import { ALGORITHMS } from '../../algorithms';
+import { RELEASE, RENEW } from '../../algorithms/lease';
 import type { CheckScript } from '../../algorithms/types';
 import { RateLimitTimeoutError, StoreError, StoreUnavailableError, storeErrorOf } from '../../errors';
 import type { ClusterRouting } from './batch';
@@ -14,7 +16,7 @@ export interface RedisClientAdapter {
   unavailable(): string | undefined;
   /**
    * Runs a script (`lua`) on its keys, all in one Cluster slot: `EVALSHA`, falling back to `EVAL`
-   * when Redis answers `NOSCRIPT`.
+   * when Redis answers `NOSCRIPT` ({@link evalScript}).
    */
   run(lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown>;
   del(key: string): Promise<unknown>;
@@ -24,57 +26,144 @@ export interface RedisClientAdapter {
   readonly cluster: boolean;
   /** On a Cluster: the slots and nodes of keys, for batches per node (see `batch.ts`). */
   readonly routing?: ClusterRouting | undefined;
-  /** How many times the client has become ready (see {@link readyCounter}). */
-  readies(): number;
+  /** How many times the client has become ready: each a connection (re)made. */
+  connectionsMade(): number;
+  /** This store is done with the client: once every store on it is, the listeners and timers made on it are removed. */
+  release(): void;
 }
 
-const readyCounts = new WeakMap<object, { count: number }>();
+/** What the adapters listen to on a client: any of the clients' event emitters. */
+export interface Emitter {
+  on(event: string, listener: (...args: never[]) => void): unknown;
+  off?(event: string, listener: (...args: never[]) => void): unknown;
+  removeListener?(event: string, listener: (...args: never[]) => void): unknown;
+}
 
 /**
- * Counts the client's `ready` events, each a connection (re)made, with one listener per client
- * however many stores share it. The limiter's circuit breaker reads it to probe at once after a
- * reconnection instead of waiting out its open interval.
+ * The listeners and timers the stores on one client made on it, made once however many stores
+ * share the client, and removed when the last of them is closed.
  */
-export function readyCounter(client: { on(event: 'ready', listener: () => void): unknown }): () => number {
-  let counted = readyCounts.get(client);
-  if (counted === undefined) {
-    const created = { count: 0 };
-    client.on('ready', () => {
-      created.count++;
+export class ClientHooks {
+  private readonly undo: (() => void)[] = [];
+  /** `ready` events seen: connections (re)made. The limiter's circuit breaker probes at once after one. */
+  connectionsMade = 0;
+
+  constructor(private readonly client: Emitter) {
+    this.on('ready', () => {
+      this.connectionsMade++;
     });
-    readyCounts.set(client, created);
-    counted = created;
   }
-  const state = counted;
-  return () => state.count;
+
+  on(event: string, listener: (...args: never[]) => void): void {
+    const { client } = this;
+    client.on(event, listener);
+    this.undo.push(() => (client.off ?? client.removeListener)?.call(client, event, listener));
+  }
+
+  /** Calls `tick` every `ms` (a timer that does not hold the process open). */
+  every(ms: number, tick: () => void): void {
+    const timer = setInterval(tick, ms);
+    timer.unref();
+    this.undo.push(() => clearInterval(timer));
+  }
+
+  remove(): void {
+    for (const undo of this.undo.splice(0)) undo();
+  }
+}
+
+interface Shared {
+  readonly state: unknown;
+  readonly hooks: ClientHooks;
+  stores: number;
+}
+
+/** Per client: the state its adapter keeps, shared by the stores on it (state that belongs to the client). */
+const sharedByClient = new WeakMap<object, Shared>();
+
+/**
+ * The state an adapter keeps for `client`, made by `make` (with the client's hooks) for the first
+ * store on it; `release` is that store's part of closing: the last one removes the hooks.
+ */
+export function sharedState<State>(client: Emitter, make: (hooks: ClientHooks) => State): { readonly state: State; release(): void } {
+  let shared = sharedByClient.get(client);
+  if (shared === undefined) {
+    const hooks = new ClientHooks(client);
+    shared = { state: make(hooks), hooks, stores: 0 };
+    sharedByClient.set(client, shared);
+  }
+  shared.stores++;
+  const mine = shared;
+  let released = false;
+  return {
+    state: mine.state as State,
+    release: () => {
+      if (released) return;
+      released = true;
+      mine.stores--;
+      if (mine.stores > 0) return;
+      mine.hooks.remove();
+      if (sharedByClient.get(client) === mine) sharedByClient.delete(client);
+    },
+  };
 }
 
 /** A script of this package is called on one key (a check or a settle), or on many (a batch of checks). */
 export type ScriptKind = 'single' | 'batch';
 
-/** The SHA-1 of each script body sent, and the kind of each script by its body and by its SHA-1. */
-const shas = new Map<string, string>();
-const kinds = new Map<string, ScriptKind>();
+const sha1 = (lua: string) => createHash('sha1').update(lua).digest('hex');
 
-/** The SHA-1 of `lua`, computed once per process. */
-export function shaOf(lua: string, kind: ScriptKind): string {
-  let sha = shas.get(lua);
-  if (sha === undefined) {
-    sha = createHash('sha1').update(lua).digest('hex');
-    shas.set(lua, sha);
-    kinds.set(lua, kind);
-    kinds.set(sha, kind);
+/** The package's scripts, by body and by SHA-1: their SHA-1 and kind, computed once when this module loads. */
+const PACKAGE_SCRIPTS: ReadonlyMap<string, { readonly sha: string; readonly kind: ScriptKind }> = (() => {
+  const scripts = new Map<string, { sha: string; kind: ScriptKind }>();
+  const add = (lua: string, kind: ScriptKind) => {
+    const known = { sha: sha1(lua), kind };
+    scripts.set(lua, known);
+    scripts.set(known.sha, known);
+  };
+  for (const { check, leaseCheck, settle } of Object.values(ALGORITHMS)) {
+    add(check.lua, 'single');
+    add(check.batchLua, 'batch');
+    add(check.nodeBatchLua, 'batch');
+    add(leaseCheck.lua, 'single');
+    add(settle.lua, 'single');
   }
-  return sha;
+  add(RELEASE.lua, 'single');
+  add(RENEW.lua, 'single');
+  return scripts;
+})();
+
+/** The SHA-1 of `lua` (the package's scripts' computed once). */
+export function shaOf(lua: string): string {
+  return PACKAGE_SCRIPTS.get(lua)?.sha ?? sha1(lua);
 }
 
 /** Whether `bodyOrSha` (the first argument of an `EVAL` or `EVALSHA`) is one of this package's scripts, and of which kind. */
-export function scriptKindOf(bodyOrSha: string): ScriptKind | undefined {
-  return kinds.get(bodyOrSha);
+export function packageScriptKind(bodyOrSha: string): ScriptKind | undefined {
+  return PACKAGE_SCRIPTS.get(bodyOrSha)?.kind;
+}
+
+/**
+ * Runs `lua` with `EVALSHA` and, when Redis answers `NOSCRIPT` (after a restart or `SCRIPT
+ * FLUSH`), with `EVAL`: the fallback every client adapter shares. `send` sends one of the two
+ * with the script's SHA-1 or body as its first argument, the client's way; `fail` turns the
+ * failure of an attempt into the error to reject with.
+ */
+export function evalScript(
+  lua: string,
+  send: (command: 'EVALSHA' | 'EVAL', script: string) => Promise<unknown>,
+  fail: (error: unknown) => Error = storeFailure,
+): Promise<unknown> {
+  return send('EVALSHA', shaOf(lua)).then(undefined, (error: unknown) => {
+    if (!isNoScript(error)) throw fail(error);
+    return send('EVAL', lua).then(undefined, (retryError: unknown) => {
+      throw fail(retryError);
+    });
+  });
 }
 
 /** Redis answered that it does not hold the script (after a restart or `SCRIPT FLUSH`). */
-export function isNoScript(error: unknown): boolean {
+function isNoScript(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT');
 }
 

@@ -1,5 +1,5 @@
 import type { AlgorithmScripts, LeaseScript, RawReply } from '../../algorithms/types';
-import { type Done, settling } from '../../async';
+import { type Done, promiseCallback } from '../../async';
 import { OptionError, StoreUnavailableError } from '../../errors';
 import { type ScriptCall, scriptArgv } from '../../protocol';
 import { checkOptions, keysOf } from '../../validate';
@@ -45,7 +45,7 @@ const OPTIONS = keysOf<RedisStoreOptions>({ client: true });
  * Keeps rate-limit state in Redis (standalone or Cluster), through ioredis or node-redis. Each
  * check is one `EVALSHA` of the algorithm's script, falling back to `EVAL` when Redis answers
  * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`); the checks started in one event-loop turn share
- * one `EVALSHA` of the batch script (on a Cluster, one per slot). Each identifier is one key, so
+ * one `EVALSHA` of the batch script (on a Cluster, one per master). Each identifier is one key, so
  * every check touches a single Cluster slot.
  */
 export class RedisStore implements CallbackStore {
@@ -54,9 +54,10 @@ export class RedisStore implements CallbackStore {
   /** True on a Cluster, whose keys live on several nodes. */
   readonly sharded: boolean;
   private readonly redis: RedisClientAdapter;
-  /** Gathers the checks of one event-loop turn into few calls: one per slot on a Cluster. */
+  /** Gathers the checks of one event-loop turn into few calls: on a Cluster, one per master. */
   private readonly batcher: CheckBatcher;
   private readonly checkArgv = new RepeatedCheckArgv();
+  private closed = false;
 
   constructor(options: RedisStoreOptions) {
     if (isIoredisClient(options) || isNodeRedisClient(options) || isNodeRedisCluster(options) || isNodeRedisSentinel(options)) {
@@ -75,34 +76,59 @@ export class RedisStore implements CallbackStore {
     // and a client would then queue the batch, to count it after a reconnection. Ask again.
     const { routing } = redis;
     this.batcher = new CheckBatcher({
-      one: (script, key, argv) => whenAvailable(redis, () => redis.run(script.lua, [key], argv)),
-      many: (script, keys, argv) => whenAvailable(redis, () => redis.runBatch(script, keys, argv)),
+      one: (script, key, argv) => whenAvailable(this.unavailable, () => redis.run(script.lua, [key], argv)),
+      many: (script, keys, argv) => whenAvailable(this.unavailable, () => redis.runBatch(script, keys, argv)),
       cluster:
         routing === undefined
           ? undefined
           : {
               keyPrefix: routing.keyPrefix,
               nodeOf: (slot) => routing.nodeOf(slot),
-              runOnNode: (node, script, argv) => whenAvailable(redis, () => routing.runOnNode(node, script, argv)),
+              runOnNode: (node, script, argv) => whenAvailable(this.unavailable, () => routing.runOnNode(node, script, argv)),
             },
     });
   }
 
+  connectionsMade(): number {
+    return this.redis.connectionsMade();
+  }
+
+  /** @deprecated Use {@link connectionsMade}. */
   readies(): number {
-    return this.redis.readies();
+    return this.connectionsMade();
+  }
+
+  /**
+   * Stops everything this store made on its client: its listeners and timers (shared with the
+   * other stores on the client, and removed once the last of them is closed). The client itself
+   * stays as it is: quit it yourself. A call after `close()` fails with a `StoreUnavailableError`
+   * (`SWL_STORE_UNAVAILABLE`). Closing twice does nothing more.
+   */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.redis.release();
   }
 
   check(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
-    return new Promise((resolve, reject) => this.checkThen(scripts, key, call, settling(resolve, reject)));
+    return new Promise((resolve, reject) => this.checkWithCallback(scripts, key, call, promiseCallback(resolve, reject)));
   }
 
   /** {@link check} with a callback: the limiter's hot path, which builds no promise per check. */
-  checkThen(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): void {
+  checkWithCallback(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): void {
     const argv = this.checkArgv.argv(call);
-    const unavailable = this.redis.unavailable();
+    const unavailable = this.unavailable();
     if (unavailable !== undefined) done(new StoreUnavailableError(unavailable));
     else this.batcher.check(scripts.check, key, argv, done);
   }
+
+  /** @deprecated Use {@link checkWithCallback}. */
+  checkThen(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): void {
+    this.checkWithCallback(scripts, key, call, done);
+  }
+
+  /** Why a command sent now would not go to Redis at once, or `undefined`. */
+  private readonly unavailable = (): string | undefined => (this.closed ? CLOSED : this.redis.unavailable());
 
   settle(scripts: AlgorithmScripts, key: string, call: ScriptCall): Promise<RawReply> {
     return this.run(scripts.settle.lua, [key], call);
@@ -118,21 +144,24 @@ export class RedisStore implements CallbackStore {
 
   private run(lua: string, keys: readonly string[], call: ScriptCall): Promise<RawReply> {
     const argv = scriptArgv(call);
-    return whenAvailable(this.redis, () => this.redis.run(lua, keys, argv)) as Promise<RawReply>;
+    return whenAvailable(this.unavailable, () => this.redis.run(lua, keys, argv)) as Promise<RawReply>;
   }
 
   reset(key: string): Promise<void> {
+    if (this.closed) return Promise.reject(new StoreUnavailableError(CLOSED));
     return this.redis.del(key).then(() => undefined);
   }
 }
+
+const CLOSED = 'the RedisStore is closed';
 
 /**
  * Sends a command only while the client would send it to Redis at once; fails with a
  * {@link StoreUnavailableError} otherwise, and turns anything the client throws instead of
  * rejecting into a coded rejection.
  */
-function whenAvailable(redis: RedisClientAdapter, send: () => Promise<unknown>): Promise<unknown> {
-  const unavailable = redis.unavailable();
+function whenAvailable(whyUnavailable: () => string | undefined, send: () => Promise<unknown>): Promise<unknown> {
+  const unavailable = whyUnavailable();
   if (unavailable !== undefined) return Promise.reject(new StoreUnavailableError(unavailable));
   try {
     return send();
