@@ -1,7 +1,8 @@
 /**
  * Every error and warning code this package uses, in one place. docs/reference.md lists them;
  * a test keeps that list and this one equal. Codes are stable: match on `error.code`,
- * not on messages.
+ * not on messages. `SWL_` is for sliding-window-limiter, the project's name before the package
+ * was called ratewarden: a code never changes, so they kept it.
  */
 export const CODES = {
   SWL_INVALID_OPTIONS: 'An options argument is not an object.',
@@ -106,4 +107,29 @@ export class CircuitOpenError extends Error {
 /** Emits a process warning carrying `code`. */
 export function warn(code: Code, message: string): void {
   process.emitWarning(message, { code });
+}
+
+/**
+ * What one owner (a limiter, an identify function, a NestJS storage) has warned about: each
+ * owner warns of a thing once, or once an interval, whatever other owners warned of before it.
+ * No warning is remembered by the process as a whole.
+ */
+export class Warnings {
+  /** When each thing was last warned about (epoch ms), by its `about` key. */
+  private readonly warnedAt = new Map<string, number>();
+
+  /** Emits `message()` under `code`, unless this owner has already warned of `about` (by default, the code). */
+  once(code: Code, message: () => string, about: string = code): void {
+    if (this.warnedAt.has(about)) return;
+    this.warnedAt.set(about, 0);
+    warn(code, message());
+  }
+
+  /** Emits `message()` under `code` unless this owner did less than `everyMs` before `now`. */
+  atMostEvery(code: Code, everyMs: number, now: number, message: () => string): void {
+    const last = this.warnedAt.get(code);
+    if (last !== undefined && now - last < everyMs) return;
+    this.warnedAt.set(code, now);
+    warn(code, message());
+  }
 }

@@ -167,11 +167,7 @@ export interface HonoByIpOptions extends ByIpOptions {
 
 const BY_IP_OPTIONS = keysOf<HonoByIpOptions>({ ipv6Subnet: true, warnOnForwarded: true, trustProxy: true });
 
-/** Whether the untrusted-proxy warning was emitted in this process. */
-let forwardedWarned = false;
-
 function warnUntrustedForwarded(peer: string): void {
-  forwardedWarned = true;
   warn(
     'SWL_UNTRUSTED_FORWARDED',
     `A request came with X-Forwarded-For or Forwarded, but ratewarden/hono's byIp() trusts no proxy: the client is the connection's peer (${peer}), so behind a proxy or load balancer every client shares the proxy's rate limit. Pass byIp({ trustProxy }) naming your proxies (or byIp({ warnOnForwarded: false }) if clients reach the app directly).`,
@@ -236,6 +232,8 @@ export function byIp(options: HonoByIpOptions = {}): Identify<Context> {
       `trustProxy: must be a positive integer (hops of your proxies) or a function of an address, got ${describeValue(trustProxy)}`,
     );
   }
+  // Each byIp() warns for itself, once: a limiter's default identify is its own.
+  let forwardedWarned = false;
   return function identifyByIp(c) {
     const peer = peerAddress(c);
     if (!peer) return undefined;
@@ -245,6 +243,7 @@ export function byIp(options: HonoByIpOptions = {}): Identify<Context> {
         !forwardedWarned &&
         (c.req.header('x-forwarded-for') !== undefined || c.req.header('forwarded') !== undefined)
       ) {
+        forwardedWarned = true;
         warnUntrustedForwarded(peer);
       }
       return `ip:${normalizeIp(peer, subnet)}`;

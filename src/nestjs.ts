@@ -14,7 +14,7 @@ import type { ThrottlerStorage } from '@nestjs/throttler';
 import type { AlgorithmName } from './algorithms/types';
 import { createLimiter } from './core/limiter';
 import type { Limiter, LimiterOptions } from './core/types';
-import { OptionError } from './errors';
+import { OptionError, Warnings } from './errors';
 import { secondsUntil } from './http/headers';
 import type { FailMode } from './http/http-options';
 import { warnStoreFailing } from './http/misconfiguration';
@@ -86,6 +86,8 @@ export class RatewardenThrottlerStorage implements ThrottlerStorage {
   private readonly limiters = new LruMap<Limiter>(MAX_LIMITERS);
   private readonly failClosed: boolean;
   private readonly onError: RatewardenThrottlerStorageOptions['onError'];
+  /** What this storage has warned about. */
+  private readonly warnings = new Warnings();
   /** The limiter without a block: validates the options at construction, and is the one most calls use. */
   readonly limiter: Limiter;
 
@@ -142,7 +144,7 @@ export class RatewardenThrottlerStorage implements ThrottlerStorage {
 
   private storeFailed(error: unknown, key: string): void {
     if (this.onError === undefined) {
-      warnStoreFailing(error, this.failClosed ? 'closed' : 'open');
+      warnStoreFailing(error, this.failClosed ? 'closed' : 'open', this.warnings);
       return;
     }
     try {

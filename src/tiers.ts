@@ -1,5 +1,5 @@
 /** Tiers: the limits a limiter enforces together, from their options to their comparison. */
-import { OptionError } from './errors';
+import { OptionError, type Warnings } from './errors';
 import { checkOptions, type Duration, describeValue, keysOf, nonNegativeInteger, parseDuration } from './validate';
 
 /** One limit of a limiter, resolved: at most `limit` units of cost per `window` milliseconds. */
@@ -27,8 +27,8 @@ const DEFAULT_LIMIT = 100;
 const DEFAULT_WINDOW = '1m';
 const TIER_OPTIONS = keysOf<TierOptions>({ limit: true, window: true });
 
-/** Validates and resolves the tiers: `limits`, or `limit` with `window`. */
-export function resolveTiers(options: TierChoice): Tier[] {
+/** Validates and resolves the tiers: `limits`, or `limit` with `window`; a window in the wrong unit is warned about through `warnings`. */
+export function resolveTiers(options: TierChoice, warnings: Warnings): Tier[] {
   if (options.limits !== undefined) {
     if (options.limit !== undefined || options.window !== undefined) {
       throw new OptionError('SWL_CONFLICTING_OPTIONS', 'limits: give either limits or limit/window, not both');
@@ -44,7 +44,7 @@ export function resolveTiers(options: TierChoice): Tier[] {
         throw new OptionError('SWL_INVALID_LIMIT', `limits[${i}]: must be an object { limit, window }`);
       checkOptions(tier, TIER_OPTIONS, `limits[${i}]`);
       const { limit, window } = tier as TierOptions;
-      return makeTier(limit, window === undefined ? DEFAULT_WINDOW : window, `limits[${i}].`);
+      return makeTier(limit, window === undefined ? DEFAULT_WINDOW : window, `limits[${i}].`, warnings);
     });
   }
   return [
@@ -52,13 +52,14 @@ export function resolveTiers(options: TierChoice): Tier[] {
       options.limit === undefined ? DEFAULT_LIMIT : options.limit,
       options.window === undefined ? DEFAULT_WINDOW : options.window,
       '',
+      warnings,
     ),
   ];
 }
 
-function makeTier(limitOption: unknown, windowOption: unknown, path: string): Tier {
+function makeTier(limitOption: unknown, windowOption: unknown, path: string, warnings: Warnings): Tier {
   const limit = nonNegativeInteger(limitOption, `${path}limit`, 'SWL_INVALID_LIMIT');
-  const window = parseDuration(windowOption, `${path}window`);
+  const window = parseDuration(windowOption, `${path}window`, warnings);
   // Scripts compare limit * window exactly in double precision.
   if (limit * window > Number.MAX_SAFE_INTEGER / 4) {
     throw new OptionError('SWL_INVALID_LIMIT', `${path}limit: limit x window (ms) must stay below 2^51, got ${limit} x ${window}`);

@@ -3,7 +3,7 @@
  * message starts with the option's name, thrown when a limiter is constructed (or a
  * Fastify route registered), never on a request.
  */
-import { type Code, OptionError, warn } from './errors';
+import { type Code, OptionError, type Warnings } from './errors';
 
 /** A duration in milliseconds, or a string such as `'500ms'`, `'1s'`, `'1m'`, `'1h'`, `'1d'`, `'1.5h'`. */
 export type Duration = number | string;
@@ -62,8 +62,11 @@ const PEER_OPTIONS: Readonly<Record<string, readonly [option: string, hint: stri
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const DURATION = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$/;
 
-/** Turns a {@link Duration} into a positive whole number of milliseconds, or throws naming `option`. */
-export function parseDuration(value: unknown, option: string): number {
+/**
+ * Turns a {@link Duration} into a positive whole number of milliseconds, or throws naming
+ * `option`; a bare number under 1000 is warned about through `warnings`, once per option and value.
+ */
+export function parseDuration(value: unknown, option: string, warnings: Warnings): number {
   let ms: number;
   if (typeof value === 'number') {
     ms = value;
@@ -93,22 +96,20 @@ export function parseDuration(value: unknown, option: string): number {
     );
   }
   // An option named in milliseconds (leaseMs) says its unit already.
-  if (typeof value === 'number' && ms < SECOND && !option.endsWith('Ms')) warnShortDuration(option, ms);
+  if (typeof value === 'number' && ms < SECOND && !option.endsWith('Ms')) warnShortDuration(option, ms, warnings);
   return ms;
 }
 
 const SECOND = 1_000;
-/** The short numeric durations warned about, so a limit computed per request warns once per value, not per request. */
-const shortDurationsWarned = new Set<string>();
 
 /** A number under 1000 is almost always seconds meant as milliseconds (rate-limiter-flexible's `duration` is in seconds). */
-function warnShortDuration(option: string, ms: number): void {
-  const seen = `${option}=${ms}`;
-  if (shortDurationsWarned.has(seen)) return;
-  shortDurationsWarned.add(seen);
-  warn(
+function warnShortDuration(option: string, ms: number, warnings: Warnings): void {
+  // Once per value, so a limit computed per request warns once, not per request.
+  warnings.once(
     'SWL_SHORT_DURATION',
-    `${option}: ${ms} is read as ${ms} ms. For ${ms} s write '${ms}s' (or ${ms * SECOND}); to mean milliseconds without this warning, write '${ms}ms'.`,
+    () =>
+      `${option}: ${ms} is read as ${ms} ms. For ${ms} s write '${ms}s' (or ${ms * SECOND}); to mean milliseconds without this warning, write '${ms}ms'.`,
+    `${option}=${ms}`,
   );
 }
 

@@ -1,8 +1,8 @@
 /**
  * The shape ARCHITECTURE.md promises, kept by a test: no import circle in src/ (type-only
  * imports included), no two source files of one name (index.ts and types.ts aside), no
- * measured figure in a source comment (figures live with the benches), and no name in
- * ARCHITECTURE.md that the source no longer has.
+ * measured figure in a source comment (figures live with the benches), no module-level mutable
+ * state, and no name in ARCHITECTURE.md that the source no longer has.
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
@@ -70,6 +70,39 @@ test('no source comment quotes a measured figure (µs, ms of a run, ratios to ba
       const comment = /^\s*(?:\/\/|\*|\/\*\*?|--)/.test(line) || line.includes('//');
       if (comment && figures.test(line)) found.push(`${relative(src, file)}:${i + 1}: ${line.trim()}`);
     });
+  }
+  expect(found).toEqual([]);
+});
+
+/**
+ * Module-level mutable state: a top-level `let` or `var`, or a `const` holding a new Map, Set or
+ * array whose type does not say it is read-only. A warning flag or a cache there would be shared
+ * by every limiter of the process; such state belongs to a limiter, a store or a client. A
+ * WeakMap keyed by the object whose state it holds (a client, a store, a meter) is that
+ * object's state, kept beside it, and allowed.
+ */
+test('src/ keeps no module-level mutable state', () => {
+  const found: string[] = [];
+  for (const file of files) {
+    const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest);
+    for (const statement of source.statements) {
+      if (!ts.isVariableStatement(statement)) continue;
+      const { declarationList } = statement;
+      const isConst = (declarationList.flags & ts.NodeFlags.Const) !== 0;
+      for (const declaration of declarationList.declarations) {
+        const name = `${relative(src, file)}: ${declaration.name.getText(source)}`;
+        if (!isConst) {
+          found.push(`${name} (let or var)`);
+          continue;
+        }
+        const init = declaration.initializer;
+        const mutableCollection =
+          init !== undefined &&
+          ((ts.isNewExpression(init) && /^(Map|Set)$/.test(init.expression.getText(source))) || ts.isArrayLiteralExpression(init));
+        const readonlyType = declaration.type !== undefined && /^(Readonly|readonly )/.test(declaration.type.getText(source));
+        if (mutableCollection && !readonlyType) found.push(`${name} (a Map, Set or array not typed read-only)`);
+      }
+    }
   }
   expect(found).toEqual([]);
 });

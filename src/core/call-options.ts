@@ -2,7 +2,7 @@
  * The options of one call of the public API (`check`, `peek`, `wait`, `settle`): validated on
  * every call, since they come with it, and turned into the inputs the limiter runs a check with.
  */
-import { OptionError } from '../errors';
+import { OptionError, type Warnings } from '../errors';
 import { resolveTiers, type Tier } from '../tiers';
 import { checkOptions, describeValue, type KnownKeys, keysOf, nonNegativeInteger, positiveInteger } from '../validate';
 import { DEFAULT_COST, validateCost } from './limiter-options';
@@ -16,6 +16,8 @@ const WAIT_OPTIONS = keysOf<WaitOptions>({ ...CHECK_OPTION_KEYS, maxWaitMs: true
 export interface CallDefaults {
   readonly tiers: readonly Tier[];
   readonly concurrency: number;
+  /** Where a call's window in the wrong unit is warned about: the limiter's own warnings. */
+  readonly warnings: Warnings;
 }
 
 /** The validated inputs of one check. */
@@ -30,7 +32,7 @@ export function callInputs(options: CheckOptions | undefined, defaults: CallDefa
   if (options === undefined) return { cost: DEFAULT_COST, tiers: defaults.tiers, concurrency: defaults.concurrency };
   checkOptions(options, CHECK_OPTIONS, method);
   const customTiers = options.limit !== undefined || options.window !== undefined || options.limits !== undefined;
-  const tiers = customTiers ? callTiers(options, defaults.tiers) : defaults.tiers;
+  const tiers = customTiers ? callTiers(options, defaults) : defaults.tiers;
   const cost = options.cost === undefined ? DEFAULT_COST : validateCost(options.cost);
   const concurrency = options.concurrency === undefined ? defaults.concurrency : callConcurrency(options.concurrency, defaults.concurrency);
   return { cost, tiers, concurrency };
@@ -63,19 +65,22 @@ function callConcurrency(concurrency: unknown, limiterConcurrency: number): numb
  * The tiers of one call: `limits`, or `limit`/`window` over the limiter's single tier (with
  * several tiers, both must be given).
  */
-function callTiers(options: CheckOptions, tiers: readonly Tier[]): readonly Tier[] {
+function callTiers(options: CheckOptions, { tiers, warnings }: CallDefaults): readonly Tier[] {
   if (options.limits !== undefined || tiers.length === 1) {
     const single = options.limits === undefined ? tiers[0] : undefined;
-    return resolveTiers({
-      limits: options.limits,
-      limit: options.limit ?? single?.limit,
-      window: options.window ?? single?.window,
-    });
+    return resolveTiers(
+      {
+        limits: options.limits,
+        limit: options.limit ?? single?.limit,
+        window: options.window ?? single?.window,
+      },
+      warnings,
+    );
   }
   if (options.limit === undefined || options.window === undefined) {
     throw new OptionError('SWL_INVALID_LIMIT', 'limit: a limiter with several tiers takes limit and window together, or limits');
   }
-  return resolveTiers({ limit: options.limit, window: options.window });
+  return resolveTiers({ limit: options.limit, window: options.window }, warnings);
 }
 
 /** Throws unless `decision` has what a settlement reads: `counted`, `cost`, `now` and the `tiers` it was decided with. */

@@ -1,7 +1,7 @@
 /** Validation and resolution of {@link LimiterOptions}: each default once, each option checked once. */
 import { ALGORITHM_NAMES } from '../algorithms';
 import type { AlgorithmName } from '../algorithms/types';
-import { OptionError } from '../errors';
+import { OptionError, Warnings } from '../errors';
 import { type MetricsMeter, resolveMetrics } from '../metrics';
 import { MemoryStore } from '../stores/memory';
 import type { Store } from '../stores/types';
@@ -73,17 +73,20 @@ export interface ResolvedLimiterOptions {
    * request was served and counting it is right.
    */
   readonly refundLateCounts: boolean;
+  /** What this limiter has warned about (each limiter warns for itself). */
+  readonly warnings: Warnings;
 }
 
 /** Validates `options` (whose unknown keys the caller has already rejected) and applies the defaults. */
 export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterOptions {
+  const warnings = new Warnings();
   const concurrency = options.concurrency === undefined ? 0 : positiveInteger(options.concurrency, 'concurrency');
   if (concurrency === 0 && options.leaseMs !== undefined) {
     throw new OptionError('SWL_CONFLICTING_OPTIONS', 'leaseMs: takes effect with concurrency only: give concurrency too, or drop leaseMs');
   }
   // A bound on requests in progress alone: no rate tiers unless some are given.
   const rateless = concurrency > 0 && options.limit === undefined && options.window === undefined && options.limits === undefined;
-  const tiers = Object.freeze(rateless ? [] : resolveTiers(options));
+  const tiers = Object.freeze(rateless ? [] : resolveTiers(options, warnings));
   const store = options.store ?? new MemoryStore();
   // Validated whatever the store.
   const breaker = resolveBreakerOptions(options.breaker);
@@ -105,16 +108,17 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
     timeoutMs: options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : positiveInteger(options.timeoutMs, 'timeoutMs'),
     denyCacheSize:
       options.denyCacheSize === undefined ? DEFAULT_DENY_CACHE_SIZE : nonNegativeInteger(options.denyCacheSize, 'denyCacheSize'),
-    blockFor: options.blockFor === undefined || options.blockFor === 0 ? 0 : parseDuration(options.blockFor, 'blockFor'),
+    blockFor: options.blockFor === undefined || options.blockFor === 0 ? 0 : parseDuration(options.blockFor, 'blockFor', warnings),
     shadow: oneOf(options.shadow ?? false, [true, false], 'shadow'),
     concurrency,
-    leaseMs: options.leaseMs === undefined ? DEFAULT_LEASE_MS : parseDuration(options.leaseMs, 'leaseMs'),
+    leaseMs: options.leaseMs === undefined ? DEFAULT_LEASE_MS : parseDuration(options.leaseMs, 'leaseMs', warnings),
     metrics: resolveMetrics(options.metrics),
     // A store that answers synchronously never times out: nothing for a breaker to spare. On a
     // sharded store (a Cluster) one breaker would refuse the healthy nodes' checks for a dead one's
     // timeouts: off unless asked for.
     breaker: !store.needsTimeout || (store.sharded === true && options.breaker === undefined) ? undefined : breaker,
     refundLateCounts: false,
+    warnings,
   };
 }
 

@@ -2,6 +2,7 @@ import { ALGORITHMS } from '../algorithms';
 import { RELEASE } from '../algorithms/lease';
 import type { AlgorithmName, AlgorithmScripts, LeaseScript, RawReply } from '../algorithms/types';
 import type { Done } from '../async';
+import type { Warnings } from '../errors';
 import { LimiterMetrics } from '../metrics';
 import { LEASE_CHANGE_REPLY, type LeaseCall, type ScriptCall } from '../protocol';
 import type { CallbackStore, Store } from '../stores/types';
@@ -74,6 +75,8 @@ class RateLimiter implements LimiterCore {
   readonly concurrency: number;
   readonly smallestLimit: number;
   readonly leaseMs: number;
+  /** What this limiter has warned about. */
+  readonly warnings: Warnings;
   private readonly scripts: AlgorithmScripts;
   private readonly clock: (() => number) | undefined;
   private readonly denyCache: DenyCache | undefined;
@@ -101,6 +104,7 @@ class RateLimiter implements LimiterCore {
     this.shadow = options.shadow;
     this.concurrency = options.concurrency;
     this.leaseMs = options.leaseMs;
+    this.warnings = options.warnings;
     this.runStoreCheck = storeCheckOf(this.store);
     this.scripts = ALGORITHMS[this.algorithm];
     this.keys = new KeyCache(this.prefix, this.concurrency > 0);

@@ -132,7 +132,7 @@ export class HttpLimiter<Req, Res> {
     const refundLateCounts = resolveFailMode(options.failMode) !== 'open';
     this.limiterOptions = { ...resolveLimiterOptions(limiterOptionsOf(options as HttpOptions<unknown, unknown>)), refundLateCounts };
     this.limiter = limiterFromResolved(this.limiterOptions);
-    this.options = resolveHttpOptions(options, this.limiter, port.statusOf);
+    this.options = resolveHttpOptions(options, this.limiter, port.statusOf, this.limiterOptions.warnings);
     // With limits that depend on the request, two limiters on one prefix may well differ on purpose.
     if (this.options.tiersOf === undefined) warnOnSharedPrefix(this.limiter);
   }
@@ -267,7 +267,7 @@ export class HttpLimiter<Req, Res> {
     if (decision.counted) {
       const record = request as RequestRecord;
       const counted: CountedBy = { limiter: check.limiter, identifier: check.identifier, next: record[COUNTED] };
-      if (counted.next !== undefined) warnIfCountedTwice(counted);
+      if (counted.next !== undefined) warnIfCountedTwice(counted, this.limiterOptions.warnings);
       record[COUNTED] = counted;
     }
     // In shadow mode a would-be denial is reported (onDecision, request.rateLimit), never enforced.
@@ -368,7 +368,7 @@ export class HttpLimiter<Req, Res> {
     const { onError, failMode } = this.options;
     const fromStore = failure === Failure.Check || failure === Failure.StoreLater;
     // A store failure must not pass in silence; a failing error hook must not turn a degraded store into a crashed request.
-    if (fromStore && onError === undefined) warnStoreFailing(error, failMode);
+    if (fromStore && onError === undefined) warnStoreFailing(error, failMode, this.limiterOptions.warnings);
     else {
       try {
         onError?.(error, check.request);

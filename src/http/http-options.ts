@@ -6,7 +6,7 @@
 import { type Awaitable, isPromiseLike, whenSettled } from '../async';
 import { DEFAULT_COST, LIMITER_OPTION_KEYS, LIMITER_OPTIONS, validateCost } from '../core/limiter-options';
 import type { Decision, LimiterOptions } from '../core/types';
-import { OptionError } from '../errors';
+import { OptionError, type Warnings } from '../errors';
 import { resolveTiers, smallestLimit, type Tier, type TierOptions } from '../tiers';
 import { type Duration, describeValue, type KnownKeys, oneOf, optionalFunction } from '../validate';
 import { createHeaderWriter, type HeadersOption, type HeaderWriter, type ResetFormat } from './headers';
@@ -211,9 +211,10 @@ export function resolveHttpOptions<Req, Res>(
   options: HttpOptions<Req, Res>,
   { tiers, shadow }: { readonly tiers: readonly Tier[]; readonly shadow: boolean },
   statusOf: (response: Res) => number,
+  warnings: Warnings,
 ): ResolvedHttpOptions<Req, Res> {
   const identify = resolveIdentify(options.identify, byIp() as unknown as (request: Req) => string | undefined);
-  const tiersOf = requestTiers(options);
+  const tiersOf = requestTiers(options, warnings);
   const smallest = smallestLimit(tiers);
   const cost = options.cost;
   // With request-dependent tiers, a fixed cost above a request's smallest limit refuses that
@@ -272,24 +273,30 @@ export function resolveFailMode(failMode: unknown): FailMode {
  * functions' answers are validated like static options, and an invalid answer (a bug in the
  * app) rejects with an `OptionError` naming the option.
  */
-function requestTiers<Req, Res>(options: HttpOptions<Req, Res>): ((request: Req) => Awaitable<readonly Tier[]>) | undefined {
+function requestTiers<Req, Res>(
+  options: HttpOptions<Req, Res>,
+  warnings: Warnings,
+): ((request: Req) => Awaitable<readonly Tier[]>) | undefined {
   const { limit, window, limits } = options;
   if (typeof limit !== 'function' && typeof window !== 'function' && typeof limits !== 'function') return undefined;
   if (limits !== undefined && (limit !== undefined || window !== undefined)) {
     throw new OptionError('SWL_CONFLICTING_OPTIONS', 'limits: give either limits or limit/window, not both');
   }
   if (typeof limits === 'function') {
-    return (request) => whenSettled(limits(request), (answer) => resolveTiers({ limits: answered(answer, 'limits') }));
+    return (request) => whenSettled(limits(request), (answer) => resolveTiers({ limits: answered(answer, 'limits') }, warnings));
   }
   // Static parts are validated now, so a mistake there fails at construction.
   if (typeof limit !== 'function' || typeof window !== 'function') {
-    resolveTiers({ limit: typeof limit === 'function' ? 1 : limit, window: typeof window === 'function' ? '1s' : window });
+    resolveTiers({ limit: typeof limit === 'function' ? 1 : limit, window: typeof window === 'function' ? '1s' : window }, warnings);
   }
   const tiersOf = (limitAnswer: number | undefined, windowAnswer: Duration | undefined): Tier[] =>
-    resolveTiers({
-      limit: typeof limit === 'function' ? answered(limitAnswer, 'limit') : limitAnswer,
-      window: typeof window === 'function' ? answered(windowAnswer, 'window') : windowAnswer,
-    });
+    resolveTiers(
+      {
+        limit: typeof limit === 'function' ? answered(limitAnswer, 'limit') : limitAnswer,
+        window: typeof window === 'function' ? answered(windowAnswer, 'window') : windowAnswer,
+      },
+      warnings,
+    );
   return (request) => {
     const limitAnswer = typeof limit === 'function' ? limit(request) : limit;
     const windowAnswer = typeof window === 'function' ? window(request) : window;

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
 import { isPromiseLike } from '../async';
-import { OptionError, warn } from '../errors';
+import { OptionError, Warnings } from '../errors';
 import { checkOptions, describeValue, keysOf } from '../validate';
 
 /** The parts of an Express `Request` or Fastify `FastifyRequest` the built-in identifiers read. */
@@ -56,22 +56,16 @@ export interface ByIpOptions {
   warnOnForwarded?: boolean | undefined;
 }
 
-/** Whether the untrusted-proxy warning was emitted in this process. */
-let forwardedWarned = false;
-
-function warnIfForwardedUntrusted(request: RequestLike, ip: string): void {
+function warnIfForwardedUntrusted(request: RequestLike, ip: string, warnings: Warnings): void {
   const { headers } = request;
   if (headers === undefined || (headers['x-forwarded-for'] === undefined && headers.forwarded === undefined)) return;
   if (ip !== request.socket?.remoteAddress) return;
-  forwardedWarned = true;
-  warn(
+  warnings.once(
     'SWL_UNTRUSTED_FORWARDED',
-    `A request came with X-Forwarded-For or Forwarded, but its ip is the connection's own peer (${ip}): behind a proxy or load balancer, every client then shares the proxy's rate limit. Set Express's 'trust proxy' or Fastify's 'trustProxy' to the proxies you run (or pass byIp({ warnOnForwarded: false }) if clients reach the app directly).`,
+    () =>
+      `A request came with X-Forwarded-For or Forwarded, but its ip is the connection's own peer (${ip}): behind a proxy or load balancer, every client then shares the proxy's rate limit. Set Express's 'trust proxy' or Fastify's 'trustProxy' to the proxies you run (or pass byIp({ warnOnForwarded: false }) if clients reach the app directly).`,
   );
 }
-
-/** Whether the trust-all warning was emitted in this process. */
-let trustAllWarned = false;
 
 const TRUST_ALL_FIX =
   "Set Express's 'trust proxy' or Fastify's 'trustProxy' to the number of proxies in front of the app (such as 1) or to their addresses.";
@@ -81,15 +75,20 @@ const TRUST_ALL_FIX =
  * once per app), or, whatever the framework, `ip` is the leftmost of several `X-Forwarded-For`
  * entries, which only a setting that trusts every hop yields.
  */
-function warnIfTrustingAll(request: RequestLike & { app?: { get?(name: string): unknown } }, ip: string, checked: { app?: object }): void {
+function warnIfTrustingAll(
+  request: RequestLike & { app?: { get?(name: string): unknown } },
+  ip: string,
+  checked: { app?: object },
+  warnings: Warnings,
+): void {
   const { app } = request;
   if (app !== undefined && app !== checked.app) {
     checked.app = app;
     if (typeof app.get === 'function' && app.get('trust proxy') === true) {
-      trustAllWarned = true;
-      warn(
+      warnings.once(
         'SWL_TRUST_ALL_PROXIES',
-        `Express's 'trust proxy' is true: it trusts every hop, so any client can choose its IP with X-Forwarded-For and get a fresh rate limit per request. ${TRUST_ALL_FIX}`,
+        () =>
+          `Express's 'trust proxy' is true: it trusts every hop, so any client can choose its IP with X-Forwarded-For and get a fresh rate limit per request. ${TRUST_ALL_FIX}`,
       );
       return;
     }
@@ -99,10 +98,10 @@ function warnIfTrustingAll(request: RequestLike & { app?: { get?(name: string): 
   const entries = forwarded.split(',');
   const first = entries[0].trim();
   if (ip !== first || first === entries[entries.length - 1].trim()) return;
-  trustAllWarned = true;
-  warn(
+  warnings.once(
     'SWL_TRUST_ALL_PROXIES',
-    `A request's ip (${ip}) is the leftmost X-Forwarded-For entry: the app trusts every hop (Express 'trust proxy' or Fastify 'trustProxy' true), so any client can choose its IP and get a fresh rate limit per request. ${TRUST_ALL_FIX}`,
+    () =>
+      `A request's ip (${ip}) is the leftmost X-Forwarded-For entry: the app trusts every hop (Express 'trust proxy' or Fastify 'trustProxy' true), so any client can choose its IP and get a fresh rate limit per request. ${TRUST_ALL_FIX}`,
   );
 }
 
@@ -117,11 +116,15 @@ export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
   checkOptions(options, BY_IP_OPTIONS, 'byIp');
   const { subnet, warnOnForwarded } = resolveByIpOptions(options);
   const checked: { app?: object } = {};
+  // Each byIp() warns for itself: a limiter's default identify is its own.
+  const warnings = new Warnings();
   return function identifyByIp(request) {
     const ip = request.ip ?? request.socket?.remoteAddress;
     if (!ip) return undefined;
-    if (warnOnForwarded && !forwardedWarned) warnIfForwardedUntrusted(request, ip);
-    if (warnOnForwarded && !trustAllWarned) warnIfTrustingAll(request, ip, checked);
+    if (warnOnForwarded) {
+      warnIfForwardedUntrusted(request, ip, warnings);
+      warnIfTrustingAll(request, ip, checked, warnings);
+    }
     return `ip:${normalizeIp(ip, subnet)}`;
   };
 }

@@ -1,6 +1,6 @@
 /** Warnings about what would otherwise go wrong in silence: counting wrong, or failing open unheard. */
 import type { Limiter } from '../core/types';
-import { warn } from '../errors';
+import { type Warnings, warn } from '../errors';
 import type { Store } from '../stores/types';
 import type { FailMode } from './http-options';
 
@@ -35,22 +35,19 @@ export interface CountedBy {
   readonly next: CountedBy | undefined;
 }
 
-let warnedCountedTwice = false;
-
 /**
- * Warns (`SWL_COUNTED_TWICE`, once per process) when the newest entry of a request's
+ * Warns (`SWL_COUNTED_TWICE`, once per `warnings`: the newest limiter's) when the newest entry of a request's
  * {@link CountedBy} list counted the same key of the same store as an earlier one: two limiters
  * with one prefix, or one limiter mounted twice, on the path of one request.
  */
-export function warnIfCountedTwice(newest: CountedBy): void {
-  if (warnedCountedTwice) return;
+export function warnIfCountedTwice(newest: CountedBy, warnings: Warnings): void {
   const { limiter, identifier } = newest;
   for (let earlier = newest.next; earlier !== undefined; earlier = earlier.next) {
     if (earlier.identifier !== identifier || earlier.limiter.store !== limiter.store || earlier.limiter.prefix !== limiter.prefix) continue;
-    warnedCountedTwice = true;
-    warn(
+    warnings.once(
       'SWL_COUNTED_TWICE',
-      `One request was counted twice against the key of '${identifier}' under the prefix '${limiter.prefix}', by two limiters sharing a store and a prefix (or one limiter mounted twice on its path): each request costs 2. Give each limiter its own prefix, or mount it once.`,
+      () =>
+        `One request was counted twice against the key of '${identifier}' under the prefix '${limiter.prefix}', by two limiters sharing a store and a prefix (or one limiter mounted twice on its path): each request costs 2. Give each limiter its own prefix, or mount it once.`,
     );
     return;
   }
@@ -62,21 +59,16 @@ const FAILING: Record<FailMode, string> = {
   local: "limited by this process alone (failMode: 'local')",
 };
 
-/** The last time a store failure was reported without an `onError` (epoch ms). */
-let storeFailingWarnedAt = -Infinity;
 const STORE_FAILING_EVERY_MS = 60_000;
 
 /**
  * Warns (`SWL_STORE_FAILING`) of a store failure that no `onError` hears: on the first, then at
- * most once a minute while failures continue, so a failing-open limiter is never silent.
+ * most once a minute while failures continue (per `warnings`: per limiter), so a failing-open
+ * limiter is never silent.
  */
-export function warnStoreFailing(error: unknown, failMode: FailMode): void {
-  const now = Date.now();
-  if (now - storeFailingWarnedAt < STORE_FAILING_EVERY_MS) return;
-  storeFailingWarnedAt = now;
-  const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-  warn(
-    'SWL_STORE_FAILING',
-    `The rate limit store failed (${message}); requests are ${FAILING[failMode]} while it fails. Pass onError to handle store failures (this warning repeats at most once a minute).`,
-  );
+export function warnStoreFailing(error: unknown, failMode: FailMode, warnings: Warnings): void {
+  warnings.atMostEvery('SWL_STORE_FAILING', STORE_FAILING_EVERY_MS, Date.now(), () => {
+    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    return `The rate limit store failed (${message}); requests are ${FAILING[failMode]} while it fails. Pass onError to handle store failures (this warning repeats at most once a minute).`;
+  });
 }

@@ -5,6 +5,7 @@
  */
 import type { Redis } from 'ioredis';
 import { CODES, createLimiter, type LimiterOptions, MemoryStore, OptionError, RedisStore } from '../../src';
+import { Warnings } from '../../src/errors';
 import { parseDuration } from '../../src/validate';
 import { redisClient } from '../helpers/redis';
 import { onRedis, withoutRedis } from '../helpers/stores';
@@ -57,12 +58,13 @@ withoutRedis.describe('createLimiter options', () => {
     [' 10 s ', 10_000],
     [2_500, 2_500],
   ] as const)('window %p parses to %d ms', (window, ms) => {
-    expect(parseDuration(window, 'window')).toBe(ms);
+    expect(parseDuration(window, 'window', new Warnings())).toBe(ms);
     expect(createLimiter({ limit: 10, window }).tiers).toEqual([{ limit: 10, window: ms }]);
   });
 
   test('durations with more precision than a millisecond are rejected, however they are written', () => {
-    for (const text of ['1.0005s', '0.0000001h', '1.5ms', '2.0001s']) expectOptionError(() => parseDuration(text, 'window'), 'window');
+    for (const text of ['1.0005s', '0.0000001h', '1.5ms', '2.0001s'])
+      expectOptionError(() => parseDuration(text, 'window', new Warnings()), 'window');
   });
 
   test('defaults: 100 per minute, sliding window, prefix rl', () => {

@@ -15,12 +15,6 @@ export interface CapturedWarnings {
   readonly list: readonly CapturedWarning[];
   /** Their codes. */
   codes(): (string | undefined)[];
-  /**
-   * What the current test captures of a warning the package emits once per process (a flag in
-   * its module, which each test file loads afresh) when the test triggers it: `[code]` unless an
-   * earlier test of the block captured it already, then `[]`.
-   */
-  oncePerProcess(code: string): string[];
 }
 
 function captured(warning: string | Error, options?: unknown, code?: unknown): CapturedWarning {
@@ -37,7 +31,6 @@ function captured(warning: string | Error, options?: unknown, code?: unknown): C
  */
 export function captureWarnings(): CapturedWarnings {
   const current: CapturedWarning[] = [];
-  const earlier = new Set<string | undefined>();
   let read = false;
   let spy: jest.SpyInstance | undefined;
   beforeEach(() => {
@@ -49,7 +42,6 @@ export function captureWarnings(): CapturedWarnings {
   });
   afterEach(() => {
     spy?.mockRestore();
-    for (const warning of current) earlier.add(warning.code);
     if (current.length > 0 && !read) {
       throw new Error(`warnings captured but not asserted on: ${current.map((warning) => warning.code ?? warning.message).join(', ')}`);
     }
@@ -63,6 +55,5 @@ export function captureWarnings(): CapturedWarnings {
       read = true;
       return current.map((warning) => warning.code);
     },
-    oncePerProcess: (code) => (earlier.has(code) ? [] : [code]),
   };
 }

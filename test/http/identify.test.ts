@@ -214,8 +214,8 @@ describe('identifiers over HTTP', () => {
       expect(await keysOf(middleware.limiter.prefix)).toEqual(
         [middleware.limiter.keyFor('ip:198.51.100.9'), middleware.limiter.keyFor('ip:203.0.113.7')].sort(),
       );
-      // 'trust proxy: true' trusts every hop: byIp() warns, once per process (trust-all-proxies.test.ts).
-      expect(warnings.codes()).toEqual(warnings.oncePerProcess('SWL_TRUST_ALL_PROXIES'));
+      // 'trust proxy: true' trusts every hop: each byIp() warns, once (trust-all-proxies.test.ts).
+      expect(warnings.codes()).toEqual(['SWL_TRUST_ALL_PROXIES']);
     });
 
     test('trust proxy off: a spoofed X-Forwarded-For does not change the identifier', async () => {
@@ -226,8 +226,8 @@ describe('identifiers over HTTP', () => {
       await request(app).get('/').expect(429);
       // supertest reaches the app over IPv4 loopback; a dual-stack listener reports ::ffff:127.0.0.1.
       expect(await keysOf(middleware.limiter.prefix)).toEqual([middleware.limiter.keyFor('ip:127.0.0.1')]);
-      // X-Forwarded-For from the socket's own peer: byIp() warns, once per process (untrusted-proxy.test.ts).
-      expect(warnings.codes()).toEqual(warnings.oncePerProcess('SWL_UNTRUSTED_FORWARDED'));
+      // X-Forwarded-For from the socket's own peer: each byIp() warns, once (untrusted-proxy.test.ts).
+      expect(warnings.codes()).toEqual(['SWL_UNTRUSTED_FORWARDED']);
     });
 
     test('IPv6 clients rotating inside one /56 share a quota; another /56 has its own', async () => {
@@ -236,6 +236,7 @@ describe('identifiers over HTTP', () => {
       await request(app).get('/').set('X-Forwarded-For', '2001:db8:abcd:12ab:dead:beef::7').expect(200);
       await request(app).get('/').set('X-Forwarded-For', '2001:db8:abcd:12ff:ffff:ffff:ffff:ffff').expect(429);
       await request(app).get('/').set('X-Forwarded-For', '2001:db8:abcd:1300::1').expect(200);
+      expect(warnings.codes()).toEqual(['SWL_TRUST_ALL_PROXIES']);
     });
 
     test('ipv6Subnet 64 and false over HTTP', async () => {
@@ -247,6 +248,8 @@ describe('identifiers over HTTP', () => {
       await request(whole.app).get('/').set('X-Forwarded-For', '2001:db8::1').expect(200);
       await request(whole.app).get('/').set('X-Forwarded-For', '2001:db8::2').expect(200);
       await request(whole.app).get('/').set('X-Forwarded-For', '2001:db8:0:0::1').expect(429);
+      // Two apps under 'trust proxy: true', each with its own byIp(): each warns.
+      expect(warnings.codes()).toEqual(['SWL_TRUST_ALL_PROXIES', 'SWL_TRUST_ALL_PROXIES']);
     });
 
     test('byApiKey: the raw key never appears in any Redis key', async () => {
@@ -279,6 +282,7 @@ describe('identifiers over HTTP', () => {
       expect(await keysOf(middleware.limiter.prefix)).toEqual(
         [middleware.limiter.keyFor('ip:203.0.113.7'), middleware.limiter.keyFor(`key:${sha('k1')}`)].sort(),
       );
+      expect(warnings.codes()).toEqual(['SWL_TRUST_ALL_PROXIES']);
     });
 
     test('ip:1.2.3.4 and user:1.2.3.4 never collide', async () => {
@@ -291,6 +295,7 @@ describe('identifiers over HTTP', () => {
       expect(await keysOf(middleware.limiter.prefix)).toEqual(
         [middleware.limiter.keyFor('ip:1.2.3.4'), middleware.limiter.keyFor('user:1.2.3.4')].sort(),
       );
+      expect(warnings.codes()).toEqual(['SWL_TRUST_ALL_PROXIES']);
     });
 
     test('byUser without a user: the shared anonymous quota', async () => {
@@ -317,6 +322,7 @@ describe('identifiers over HTTP', () => {
       await request(app.server).get('/').set('X-Forwarded-For', '203.0.113.7').expect(200);
       await request(app.server).get('/').set('X-Forwarded-For', '198.51.100.9').expect(429);
       expect(await keysOf(prefix)).toEqual([`${prefix}:ip:127.0.0.1`]);
+      expect(warnings.codes()).toEqual(['SWL_UNTRUSTED_FORWARDED']);
     });
 
     test('trustProxy on: X-Forwarded-For is honoured, IPv6 masked to /56', async () => {

@@ -119,11 +119,18 @@ describe('a Fastify plugin that loaded after the routes (SWL_ROUTES_NOT_LIMITED)
 });
 
 describe('a numeric window in the wrong unit (SWL_SHORT_DURATION)', () => {
-  test('a number under 1000 warns once per option and value, naming both readings', () => {
-    createLimiter({ store: store(), limit: 10, window: 60 });
-    createLimiter({ store: store(), limit: 10, window: 60 });
+  test('a number under 1000 warns once per limiter, option and value, naming both readings', async () => {
+    const limiter = createLimiter({ store: store(), limit: 10, window: 60 });
     expect(warnings.codes()).toEqual(['SWL_SHORT_DURATION']);
     expect(warnings.list[0].message).toMatch(/window: 60 is read as 60 ms\. For 60 s write '60s' \(or 60000\).*'60ms'/);
+    // The same value again, per call: this limiter has said it already.
+    for (let i = 0; i < 3; i++) await limiter.check('x', { limit: 10, window: 60 });
+    expect(warnings.codes()).toEqual(['SWL_SHORT_DURATION']);
+    // Another value, and another limiter: each warns for itself, whatever warned before.
+    await limiter.check('x', { limit: 10, window: 70 });
+    createLimiter({ store: store(), limit: 10, window: 60 });
+    expect(warnings.codes()).toEqual(['SWL_SHORT_DURATION', 'SWL_SHORT_DURATION', 'SWL_SHORT_DURATION']);
+    expect(warnings.list[1].message).toMatch(/^window: 70 /);
   });
 
   test('blockFor is checked too; a string in ms, or a number of a second or more, says it on purpose', () => {
@@ -165,15 +172,10 @@ describe('one request counted twice (SWL_COUNTED_TWICE)', () => {
   });
 
   test('Fastify: the plugin registered twice with one store and prefix', async () => {
-    // The warning is once per process: a fresh copy of the package, as another process would load it.
-    let fresh!: { fastify: typeof import('../../src/fastify'); core: typeof import('../../src') };
-    jest.isolateModules(() => {
-      fresh = { fastify: require('../../src/fastify'), core: require('../../src') };
-    });
-    const shared = new fresh.core.MemoryStore({ sweepIntervalMs: 0 });
+    const shared = store();
     const app = Fastify();
-    await app.register(fresh.fastify.rateLimitPlugin, { store: shared, limit: 4, window: '1m' });
-    await app.register(fresh.fastify.rateLimitPlugin, { store: shared, limit: 4, window: '1m' });
+    await app.register(rateLimitPlugin, { store: shared, limit: 4, window: '1m' });
+    await app.register(rateLimitPlugin, { store: shared, limit: 4, window: '1m' });
     app.get('/', async () => 'ok');
     const agent = await listenFastify(app);
     expect(await statuses(() => agent.get('/'), 3)).toEqual([200, 200, 429]);

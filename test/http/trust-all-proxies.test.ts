@@ -2,26 +2,14 @@
  * The `SWL_TRUST_ALL_PROXIES` warning of `byIp()`, on real Express and Fastify servers: a setting
  * that trusts every hop (Express `trust proxy: true`, Fastify `trustProxy: true`) lets any client
  * choose its IP with `X-Forwarded-For`, and with it a fresh quota per request. Warned once per
- * process, naming the fix; a hop count, `warnOnForwarded: false` and no proxy setting do not warn.
- * Each test loads the adapters afresh (`jest.isolateModules`): the once-per-process flag starts unset.
+ * limiter, naming the fix; a hop count, `warnOnForwarded: false` and no proxy setting do not warn.
  */
 import type { AddressInfo } from 'node:net';
 
-type ExpressModule = typeof import('../../src/express');
-type FastifyModule = typeof import('../../src/fastify');
-
-function fresh(): { express: ExpressModule; fastify: FastifyModule } {
-  let loaded: { express: ExpressModule; fastify: FastifyModule } | undefined;
-  jest.isolateModules(() => {
-    loaded = {
-      // eslint-disable-next-line @typescript-eslint/no-require-imports
-      express: require('../../src/express') as ExpressModule,
-      // eslint-disable-next-line @typescript-eslint/no-require-imports
-      fastify: require('../../src/fastify') as FastifyModule,
-    };
-  });
-  return loaded!;
-}
+import express from 'express';
+import Fastify from 'fastify';
+import * as expressAdapter from '../../src/express';
+import * as fastifyAdapter from '../../src/fastify';
 
 let emitWarning: jest.SpyInstance;
 beforeEach(() => {
@@ -41,10 +29,8 @@ interface Server {
 }
 
 async function expressServer(trustProxy: boolean | number, quiet = false): Promise<Server> {
-  const { express: adapter } = fresh();
+  const adapter = expressAdapter;
   const options = quiet ? { identify: adapter.byIp({ warnOnForwarded: false }) } : {};
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const express = require('express') as typeof import('express');
   const app = express();
   app.set('trust proxy', trustProxy);
   app.use(adapter.rateLimit({ limit: 1, window: '1m', ...options }));
@@ -66,9 +52,7 @@ async function expressServer(trustProxy: boolean | number, quiet = false): Promi
 }
 
 async function fastifyServer(trustProxy: boolean | string): Promise<Server> {
-  const { fastify: adapter } = fresh();
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const Fastify = require('fastify') as typeof import('fastify').default;
+  const adapter = fastifyAdapter;
   const app = Fastify({ trustProxy });
   await app.register(adapter.rateLimitPlugin, { limit: 1, window: '1m' });
   app.get('/', async () => 'ok');

@@ -168,7 +168,7 @@ function isNoScript(error: unknown): boolean {
 }
 
 /** The classes of Redis error replies: ioredis (and iovalkey) `ReplyError`, node-redis `ErrorReply` and its kinds. */
-const REPLY_ERRORS = new Set(['ReplyError', 'ErrorReply', 'SimpleError', 'BlobError']);
+const REPLY_ERRORS: ReadonlySet<string> = new Set(['ReplyError', 'ErrorReply', 'SimpleError', 'BlobError']);
 
 /**
  * A client's failure as this package reports it: an error reply from Redis becomes a
