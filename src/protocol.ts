@@ -165,6 +165,13 @@ function inOrder(fields: Readonly<Record<string, number>>, skip: string[] = []):
     .join(', ');
 }
 
+/** A Lua function `name(reply, ...fields)` that appends `fields` (their offsets from the reply's end) to `reply`. */
+function luaPush(name: string, fields: Readonly<Record<string, number>>): string {
+  const names = Object.keys(fields).filter((field) => field !== 'size');
+  const sets = names.map((field) => `  reply[at + ${fields[field] + 1}] = ${field}`).join('\n');
+  return `local function ${name}(reply, ${inOrder(fields, ['size'])})\n  local at = #reply\n${sets}\nend`;
+}
+
 /**
  * The Lua half of the protocol, part of every script: `readArgs(argv)` decodes one call's
  * arguments into the locals {@link LUA_ARGS} declares (`readLease` the lease slots), `checkReply`,
@@ -208,26 +215,14 @@ end
 local function checkReply(${inOrder(REPLY, ['firstTier'])})
   return { ${inOrder(REPLY, ['firstTier'])} }
 end
-local function pushTier(reply, ${inOrder(TIER_REPLY, ['size'])})
-  local at = #reply
-${Object.entries(TIER_REPLY)
-  .filter(([name]) => name !== 'size')
-  .map(([name, offset]) => `  reply[at + ${offset + 1}] = ${name}`)
-  .join('\n')}
-end
+${luaPush('pushTier', TIER_REPLY)}
 local function settleReply(${inOrder(SETTLE_REPLY)})
   return { ${inOrder(SETTLE_REPLY)} }
 end
 local function readLease(argv)
   return tonumber(argv[${ARGV_SLOT.concurrency}]), tonumber(argv[${ARGV_SLOT.leaseMs}]), argv[${ARGV_SLOT.leaseId}]
 end
-local function pushLease(reply, ${inOrder(LEASE_REPLY, ['size'])})
-  local at = #reply
-${Object.entries(LEASE_REPLY)
-  .filter(([name]) => name !== 'size')
-  .map(([name, offset]) => `  reply[at + ${offset + 1}] = ${name}`)
-  .join('\n')}
-end
+${luaPush('pushLease', LEASE_REPLY)}
 local function leaseChangeReply(${inOrder(LEASE_CHANGE_REPLY)})
   return { ${inOrder(LEASE_CHANGE_REPLY)} }
 end

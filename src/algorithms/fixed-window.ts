@@ -1,6 +1,7 @@
-import { checkReply, pushTier, settleReply } from '../protocol';
-import { type Stored, setAtLeast } from './block';
-import { checkLua, defineAlgorithm, settleLua } from './prelude';
+import { checkReply, pushTier } from '../protocol';
+import type { Stored } from './block';
+import { counterSettle, counterSettleLua } from './counter-settle';
+import { checkLua, defineAlgorithm } from './prelude';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -91,76 +92,70 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
   return { reply, state: next, expiresAt };
 }
 
-const SETTLE = settleLua(
+const SETTLE = counterSettleLua(
   '',
   `
 -- Settles a check that counted cost units at countedAt to actualCost. Less: gives the difference
 -- back to each tier whose window has not ended since, never below 0. More: charges the difference
 -- to the current windows, past the limit if need be; the key lives at least until the longest
 -- tier's current window ends.
-local value = redis.call('GET', key)
-local blockedUntil, body = readBlocked(value)
-local saved = readCounters(body)
-local givenBack, charged = 0, 0
-if actualCost < cost and value then
+local readState = readCounters
+local function giveBack(saved, units)
+  local givenBack = 0
   for i = 1, tiers do
     if saved[2 * i - 1] == math.floor(countedAt / windows[i]) then
-      local back = math.min(cost - actualCost, saved[2 * i])
+      local back = math.min(units, saved[2 * i])
       saved[2 * i] = saved[2 * i] - back
       givenBack = givenBack + back
     end
   end
-  if givenBack > 0 and not dryRun then
-    local parts = {}
-    for i = 1, #saved / 2 do parts[i] = base36(saved[2 * i - 1]) .. ':' .. base36(saved[2 * i]) end
-    redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
-  end
-elseif actualCost > cost then
-  charged = actualCost - cost
-  if not dryRun then
-    local parts = {}
-    local expiry = 0
-    for i = 1, tiers do
-      local index = math.floor(now / windows[i])
-      local count = 0
-      if saved[2 * i - 1] == index then count = saved[2 * i] end
-      parts[i] = base36(index) .. ':' .. base36(count + charged)
-      local left = (index + 1) * windows[i] - now
-      if left > expiry then expiry = left end
-    end
-    setAtLeast(key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), expiry)
-  end
+  return givenBack
 end
-return settleReply(givenBack, charged)
+local function encodeState(saved)
+  local parts = {}
+  for i = 1, #saved / 2 do parts[i] = base36(saved[2 * i - 1]) .. ':' .. base36(saved[2 * i]) end
+  return table.concat(parts, ' ')
+end
+local function charge(saved, charged)
+  local parts = {}
+  local expiry = 0
+  for i = 1, tiers do
+    local index = math.floor(now / windows[i])
+    local count = 0
+    if saved[2 * i - 1] == index then count = saved[2 * i] end
+    parts[i] = base36(index) .. ':' .. base36(count + charged)
+    local left = (index + 1) * windows[i] - now
+    if left > expiry then expiry = left end
+  end
+  return table.concat(parts, ' '), expiry
+end
 `,
 );
 
-function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, actualCost, tiers }: ScriptArgs): MemoryResult<number[]> {
-  if (actualCost < cost) {
-    if (state === undefined) return { reply: settleReply(0, 0), state, expiresAt: undefined };
-    const next = [...state];
+const settle = counterSettle({
+  giveBack(next, units, { countedAt, tiers }) {
     let givenBack = 0;
-    for (let i = 0; i < tiers.length && 2 * i < state.length; i++) {
-      if (state[2 * i] !== Math.floor(countedAt / tiers[i].window)) continue;
-      const back = Math.min(cost - actualCost, next[2 * i + 1]);
+    for (let i = 0; i < tiers.length && 2 * i < next.length; i++) {
+      if (next[2 * i] !== Math.floor(countedAt / tiers[i].window)) continue;
+      const back = Math.min(units, next[2 * i + 1]);
       next[2 * i + 1] -= back;
       givenBack += back;
     }
-    return { reply: settleReply(givenBack, 0), state: givenBack > 0 && !dryRun ? next : state, expiresAt: undefined };
-  }
-  const charged = actualCost - cost;
-  if (charged === 0 || dryRun) return { reply: settleReply(0, charged), state, expiresAt: undefined };
-  const next = new Array<number>(2 * tiers.length);
-  let expiry = 0;
-  for (let i = 0; i < tiers.length; i++) {
-    const { window } = tiers[i];
-    const index = Math.floor(now / window);
-    next[2 * i] = index;
-    next[2 * i + 1] = (state !== undefined && state[2 * i] === index ? state[2 * i + 1] : 0) + charged;
-    expiry = Math.max(expiry, (index + 1) * window - now);
-  }
-  return setAtLeast(state, next, now + expiry, settleReply(0, charged));
-}
+    return givenBack;
+  },
+  charge(state, charged, { now, tiers }) {
+    const next = new Array<number>(2 * tiers.length);
+    let expiry = 0;
+    for (let i = 0; i < tiers.length; i++) {
+      const { window } = tiers[i];
+      const index = Math.floor(now / window);
+      next[2 * i] = index;
+      next[2 * i + 1] = (state !== undefined && state[2 * i] === index ? state[2 * i + 1] : 0) + charged;
+      expiry = Math.max(expiry, (index + 1) * window - now);
+    }
+    return { next, livesUntil: now + expiry };
+  },
+});
 
 export const fixedWindow: AlgorithmScripts<FixedWindowState> = defineAlgorithm(
   'fixed-window',

@@ -1,7 +1,8 @@
-import { checkReply, pushTier, settleReply } from '../protocol';
+import { checkReply, pushTier } from '../protocol';
 import { longestWindow } from '../tiers';
-import { type Stored, setAtLeast } from './block';
-import { checkLua, defineAlgorithm, settleLua } from './prelude';
+import type { Stored } from './block';
+import { counterSettle, counterSettleLua } from './counter-settle';
+import { checkLua, defineAlgorithm } from './prelude';
 import { remainingOf } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
@@ -162,19 +163,16 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
   return { reply, state: next, expiresAt };
 }
 
-const SETTLE = settleLua(
+const SETTLE = counterSettleLua(
   LUA_COUNTS,
   `
 -- Settles a check that counted cost units at countedAt to actualCost. Less: gives the difference
 -- back from 'current' while the tier's window has not rolled since, from 'previous' after it rolled
 -- once, from nothing after that, never below 0. More: charges the difference now, past the limit if
 -- need be, and the key lives at least as long as a counting check makes it.
-local value = redis.call('GET', key)
-local blockedUntil, body = readBlocked(value)
-local saved = readCounters(body)
-local givenBack, charged = 0, 0
-if actualCost < cost and value then
-  local units = cost - actualCost
+local readState = readCounters
+local function giveBack(saved, units)
+  local givenBack = 0
   for i = 1, tiers do
     local savedIndex = saved[3 * i - 2]
     if savedIndex then
@@ -188,56 +186,51 @@ if actualCost < cost and value then
       end
     end
   end
-  if givenBack > 0 and not dryRun then
-    local parts = {}
-    for i = 1, #saved / 3 do parts[i] = base36(saved[3 * i - 2]) .. ':' .. base36(saved[3 * i - 1]) .. ':' .. base36(saved[3 * i]) end
-    redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
-  end
-elseif actualCost > cost then
-  charged = actualCost - cost
-  if not dryRun then
-    local parts = {}
-    for i = 1, tiers do
-      local index = math.floor(now / windows[i])
-      local c, p = countsAt(saved, i, index)
-      parts[i] = base36(index) .. ':' .. base36(c + charged) .. ':' .. base36(p)
-    end
-    setAtLeast(key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), 2 * longest)
-  end
+  return givenBack
 end
-return settleReply(givenBack, charged)
+local function encodeState(saved)
+  local parts = {}
+  for i = 1, #saved / 3 do parts[i] = base36(saved[3 * i - 2]) .. ':' .. base36(saved[3 * i - 1]) .. ':' .. base36(saved[3 * i]) end
+  return table.concat(parts, ' ')
+end
+local function charge(saved, charged)
+  local parts = {}
+  for i = 1, tiers do
+    local index = math.floor(now / windows[i])
+    local c, p = countsAt(saved, i, index)
+    parts[i] = base36(index) .. ':' .. base36(c + charged) .. ':' .. base36(p)
+  end
+  return table.concat(parts, ' '), 2 * longest
+end
 `,
 );
 
-function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, actualCost, tiers }: ScriptArgs): MemoryResult<number[]> {
-  if (actualCost < cost) {
-    if (state === undefined) return { reply: settleReply(0, 0), state, expiresAt: undefined };
-    const next = [...state];
+const settle = counterSettle({
+  giveBack(next, units, { countedAt, tiers }) {
     let givenBack = 0;
-    for (let i = 0; i < tiers.length && 3 * i < state.length; i++) {
+    for (let i = 0; i < tiers.length && 3 * i < next.length; i++) {
       const index = Math.floor(countedAt / tiers[i].window);
-      const slot = state[3 * i] === index ? 3 * i + 1 : state[3 * i] === index + 1 ? 3 * i + 2 : -1;
+      const slot = next[3 * i] === index ? 3 * i + 1 : next[3 * i] === index + 1 ? 3 * i + 2 : -1;
       if (slot < 0) continue;
-      const back = Math.min(cost - actualCost, next[slot]);
+      const back = Math.min(units, next[slot]);
       next[slot] -= back;
       givenBack += back;
     }
-    return { reply: settleReply(givenBack, 0), state: givenBack > 0 && !dryRun ? next : state, expiresAt: undefined };
-  }
-  const charged = actualCost - cost;
-  if (charged === 0 || dryRun) return { reply: settleReply(0, charged), state, expiresAt: undefined };
-  const next = new Array<number>(3 * tiers.length);
-  for (let i = 0; i < tiers.length; i++) {
-    const index = Math.floor(now / tiers[i].window);
-    const [c, p] = countsAt(state, i, index);
-    next[3 * i] = index;
-    next[3 * i + 1] = c + charged;
-    next[3 * i + 2] = p;
-  }
-  // Like the script's PX: at least a counting check's expiry, longer when the key already lives longer.
-  const livesUntil = now + 2 * longestWindow(tiers);
-  return setAtLeast(state, next, livesUntil, settleReply(0, charged));
-}
+    return givenBack;
+  },
+  charge(state, charged, { now, tiers }) {
+    const next = new Array<number>(3 * tiers.length);
+    for (let i = 0; i < tiers.length; i++) {
+      const index = Math.floor(now / tiers[i].window);
+      const [c, p] = countsAt(state, i, index);
+      next[3 * i] = index;
+      next[3 * i + 1] = c + charged;
+      next[3 * i + 2] = p;
+    }
+    // Like the script's PX: at least a counting check's expiry, longer when the key already lives longer.
+    return { next, livesUntil: now + 2 * longestWindow(tiers) };
+  },
+});
 
 export const slidingWindow: AlgorithmScripts<SlidingWindowState> = defineAlgorithm(
   'sliding-window',

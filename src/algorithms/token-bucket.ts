@@ -1,6 +1,7 @@
-import { checkReply, pushTier, settleReply } from '../protocol';
-import { type Stored, setAtLeast } from './block';
-import { checkLua, defineAlgorithm, settleLua } from './prelude';
+import { checkReply, pushTier } from '../protocol';
+import type { Stored } from './block';
+import { counterSettle, counterSettleLua } from './counter-settle';
+import { checkLua, defineAlgorithm } from './prelude';
 import { remainingOf } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
@@ -179,7 +180,7 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
   return { reply, state: next, expiresAt };
 }
 
-const SETTLE = settleLua(
+const SETTLE = counterSettleLua(
   LUA_TAT,
   `
 -- Settles a check that counted cost units at countedAt to actualCost. Less: takes the difference
@@ -187,12 +188,9 @@ const SETTLE = settleLua(
 -- counted): the TAT moves back, never before now. More: moves every TAT later by the difference,
 -- past the bucket's size if need be (a debt the next requests wait out); the key lives at least
 -- until every bucket is full again.
-local value = redis.call('GET', key)
-local blockedUntil, body = readBlocked(value)
-local saved = readTats(body)
-local givenBack, charged = 0, 0
-if actualCost < cost and value then
-  local units = cost - actualCost
+local readState = readTats
+local function giveBack(saved, units)
+  local givenBack = 0
   for i = 1, math.min(tiers, #saved) do
     local m, r = tatAt(saved[i], limits[i], now)
     if now < countedAt + windows[i] and (m > now or r > 0) then
@@ -204,40 +202,35 @@ if actualCost < cost and value then
       givenBack = givenBack + units
     end
   end
-  if givenBack > 0 and not dryRun then
-    local parts = {}
-    for i = 1, #saved do parts[i] = encode(saved[i][1], saved[i][2]) end
-    redis.call('SET', key, withMarker(blockedUntil, table.concat(parts, ' ')), 'KEEPTTL')
-  end
-elseif actualCost > cost then
-  charged = actualCost - cost
-  if not dryRun then
-    local parts = {}
-    local expiry = 0
-    for i = 1, tiers do
-      local m, r = tatAt(saved[i], limits[i], now)
-      m, r = advance(m, r, charged, limits[i], windows[i])
-      parts[i] = encode(m, r)
-      local full = m - now
-      if r > 0 then full = full + 1 end
-      if full > expiry then expiry = full end
-    end
-    setAtLeast(key, withMarker(liveBlock(blockedUntil, now), table.concat(parts, ' ')), expiry)
-  end
+  return givenBack
 end
-return settleReply(givenBack, charged)
+local function encodeState(saved)
+  local parts = {}
+  for i = 1, #saved do parts[i] = encode(saved[i][1], saved[i][2]) end
+  return table.concat(parts, ' ')
+end
+local function charge(saved, charged)
+  local parts = {}
+  local expiry = 0
+  for i = 1, tiers do
+    local m, r = tatAt(saved[i], limits[i], now)
+    m, r = advance(m, r, charged, limits[i], windows[i])
+    parts[i] = encode(m, r)
+    local full = m - now
+    if r > 0 then full = full + 1 end
+    if full > expiry then expiry = full end
+  end
+  return table.concat(parts, ' '), expiry
+end
 `,
 );
 
-function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, actualCost, tiers }: ScriptArgs): MemoryResult<number[]> {
-  if (actualCost < cost) {
-    if (state === undefined) return { reply: settleReply(0, 0), state, expiresAt: undefined };
-    const units = cost - actualCost;
-    const next = [...state];
+const settle = counterSettle({
+  giveBack(next, units, { now, countedAt, tiers }) {
     let givenBack = 0;
-    for (let i = 0; i < tiers.length && 2 * i < state.length; i++) {
+    for (let i = 0; i < tiers.length && 2 * i < next.length; i++) {
       const { limit, window } = tiers[i];
-      let [m, r] = tatAt(savedTat(state, i), limit, now);
+      let [m, r] = tatAt(savedTat(next, i), limit, now);
       if (now >= countedAt + window || (m <= now && r === 0)) continue;
       const step = units * window;
       m -= Math.floor(step / limit);
@@ -251,22 +244,22 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
       next[2 * i + 1] = r;
       givenBack += units;
     }
-    return { reply: settleReply(givenBack, 0), state: givenBack > 0 && !dryRun ? next : state, expiresAt: undefined };
-  }
-  const charged = actualCost - cost;
-  if (charged === 0 || dryRun) return { reply: settleReply(0, charged), state, expiresAt: undefined };
-  const next = new Array<number>(2 * tiers.length);
-  let expiry = 0;
-  for (let i = 0; i < tiers.length; i++) {
-    const { limit, window } = tiers[i];
-    const [m0, r0] = tatAt(savedTat(state, i), limit, now);
-    const [m, r] = advance(m0, r0, charged, limit, window);
-    next[2 * i] = m;
-    next[2 * i + 1] = r;
-    expiry = Math.max(expiry, m - now + (r > 0 ? 1 : 0));
-  }
-  return setAtLeast(state, next, now + expiry, settleReply(0, charged));
-}
+    return givenBack;
+  },
+  charge(state, charged, { now, tiers }) {
+    const next = new Array<number>(2 * tiers.length);
+    let expiry = 0;
+    for (let i = 0; i < tiers.length; i++) {
+      const { limit, window } = tiers[i];
+      const [m0, r0] = tatAt(savedTat(state, i), limit, now);
+      const [m, r] = advance(m0, r0, charged, limit, window);
+      next[2 * i] = m;
+      next[2 * i + 1] = r;
+      expiry = Math.max(expiry, m - now + (r > 0 ? 1 : 0));
+    }
+    return { next, livesUntil: now + expiry };
+  },
+});
 
 export const tokenBucket: AlgorithmScripts<TokenBucketState> = defineAlgorithm(
   'token-bucket',
