@@ -2,7 +2,8 @@
  * The shape ARCHITECTURE.md promises, kept by a test: no import circle in src/ (type-only
  * imports included), no two source files of one name (index.ts and types.ts aside), no
  * measured figure in a source comment (figures live with the benches), no module-level mutable
- * state, and no name in ARCHITECTURE.md that the source no longer has.
+ * state, no function of the hot path (src/core/, src/http/) with more than four parameters (a
+ * request's inputs travel as one object), and no name in ARCHITECTURE.md that the source no longer has.
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
@@ -103,6 +104,21 @@ test('src/ keeps no module-level mutable state', () => {
         if (mutableCollection && !readonlyType) found.push(`${name} (a Map, Set or array not typed read-only)`);
       }
     }
+  }
+  expect(found).toEqual([]);
+});
+
+test('no function or method in src/core/ or src/http/ takes more than four parameters', () => {
+  const found: string[] = [];
+  for (const file of files.filter((each) => /^(core|http)\//.test(relative(src, each)))) {
+    const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true);
+    const visit = (node: ts.Node): void => {
+      if (ts.isFunctionLike(node) && node.parameters.length > 4) {
+        found.push(`${relative(src, file)}:${source.getLineAndCharacterOfPosition(node.getStart()).line + 1}`);
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(source);
   }
   expect(found).toEqual([]);
 });
