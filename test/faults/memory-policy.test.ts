@@ -1,8 +1,8 @@
 /**
  * Redis memory policies, on servers the test starts. Under `allkeys-lru` pressure, exhausted
  * identifiers lose their counters and get their quota back in silence; so the store reads each
- * node's policy (`INFO`) once its connection is up and warns, once per Redis server process
- * (`SWL_EVICTING_MEMORY`), when the node can evict: `maxmemory` set and any policy but
+ * node's policy (`INFO`) once its connection is up and warns, once per client and Redis server
+ * process however many stores share the client (`SWL_EVICTING_MEMORY`), when the node can evict: `maxmemory` set and any policy but
  * `noeviction` (every key has a TTL, so `volatile-*` policies evict them too).
  */
 import { createLimiter, RedisStore } from '../../src';
@@ -75,23 +75,26 @@ describe.each(RECOMMENDED_CONFIGS)('%s', (_name, config) => {
     ['noeviction', '64mb', 0],
     ['allkeys-lru', '0', 0],
   ] as const)(
-    'maxmemory-policy %s, maxmemory %s: %s warning(s), once per server however many clients',
+    'maxmemory-policy %s, maxmemory %s: %s warning(s) per client, however many stores share it',
     async (policy, maxmemory, expected) => {
       const redis = await server(['--maxmemory', maxmemory, '--maxmemory-policy', policy]);
       const clients = [faultClient(redis.url, config), faultClient(redis.url, config)];
       try {
         for (const client of clients) {
           await waitReady(client);
-          const limiter = createLimiter({ store: new RedisStore({ client }), limit: 5, window: '1m' });
-          expect((await limiter.check('a')).allowed).toBe(true);
+          // Two stores on one client: the client's policy is read, and warned about, once.
+          for (const prefix of ['one', 'two']) {
+            const limiter = createLimiter({ store: new RedisStore({ client }), limit: 5, window: '1m', prefix });
+            expect((await limiter.check('a')).allowed).toBe(true);
+          }
         }
         // INFO is answered well within the time of a few more round trips.
         const probe = quietClient(redis.url);
         await probe.ping();
         probe.disconnect();
-        if (expected > 0) await waitFor(() => evictionWarnings().length > 0, 2_000, 'the eviction warning');
+        if (expected > 0) await waitFor(() => evictionWarnings().length >= clients.length, 2_000, 'the eviction warnings');
         expect(evictionWarnings().map((warning) => warning.message.includes(`maxmemory-policy ${policy}`))).toEqual(
-          new Array(expected).fill(true),
+          new Array(expected * clients.length).fill(true),
         );
       } finally {
         for (const client of clients) disconnect(client);
