@@ -36,7 +36,7 @@ export const CODES = {
   SWL_UNTRUSTED_FORWARDED:
     "Warning: a request carried X-Forwarded-For or Forwarded while the framework's `ip` was the socket's own peer: behind a proxy without Express's `trust proxy` or Fastify's `trustProxy`, every client shares one quota.",
   SWL_SHORT_DURATION:
-    "Warning: a `window` or `blockFor` was given as a number under 1000. Numbers are milliseconds (rate-limiter-flexible's `duration` is in seconds): write `'60s'` or `60_000` for a minute, or a string such as `'500ms'` to mean it.",
+    "Warning: a `window` or `blockFor` (or a NestJS throttler's `ttl`) was given as a number under 1000. Numbers are milliseconds (rate-limiter-flexible's `duration` is in seconds): write `'60s'` or `60_000` for a minute, or a string such as `'500ms'` to mean it.",
   SWL_COUNTED_TWICE:
     'Warning: two limiters (or one limiter mounted twice) counted the same request against the same key of the same store, so each request costs twice. Give each its own `prefix`, or mount it once.',
   SWL_ROUTES_NOT_LIMITED:

@@ -80,6 +80,8 @@ const MAX_LIMITERS = 64;
  * `timeToBlockExpire` the exact wait in whole seconds, rounded up, which the guard sends as
  * `Retry-After`.
  */
+const SECOND = 1_000;
+
 export class RatewardenThrottlerStorage implements ThrottlerStorage {
   private readonly base: LimiterOptions;
   /** The limiter of each `blockDuration` (ms) seen, but 0. */
@@ -108,6 +110,7 @@ export class RatewardenThrottlerStorage implements ThrottlerStorage {
    */
   async increment(key: string, ttl: number, limit: number, blockDuration: number, throttlerName: string): Promise<ThrottlerStorageRecord> {
     const window = milliseconds(ttl, 'ttl', throttlerName);
+    if (window < SECOND) this.warnShortTtl(window, throttlerName);
     const limiter = this.limiterFor(milliseconds(blockDuration, 'blockDuration', throttlerName, true));
     let decision: Awaited<ReturnType<Limiter['check']>>;
     try {
@@ -129,6 +132,16 @@ export class RatewardenThrottlerStorage implements ThrottlerStorage {
       // A limit of 0 is never passed: the guard, which needs a number, tells the client to come back in a ttl.
       timeToBlockExpire: secondsUntil(now + (decision.retryAfterMs === Infinity ? window : decision.retryAfterMs), now),
     };
+  }
+
+  /** A ttl under a second is almost always seconds meant as milliseconds, as a `window` of 60 is. */
+  private warnShortTtl(ttl: number, throttlerName: string): void {
+    this.warnings.once(
+      'SWL_SHORT_DURATION',
+      () =>
+        `ttl: the "${throttlerName}" throttler's ttl ${ttl} is read as ${ttl} ms, as @nestjs/throttler reads it. For ${ttl} s write seconds(${ttl}) (from @nestjs/throttler) or ${ttl * SECOND}.`,
+      `${throttlerName}=${ttl}`,
+    );
   }
 
   private limiterFor(blockFor: number): Limiter {

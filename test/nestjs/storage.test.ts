@@ -80,6 +80,20 @@ describe('increment', () => {
   });
 });
 
+describe('a ttl in the wrong unit', () => {
+  const warnings = captureWarnings();
+
+  test('a ttl under a second warns SWL_SHORT_DURATION once per throttler and value, as window: 60 does', async () => {
+    const { storage: s } = storage();
+    for (let i = 0; i < 3; i++) await s.increment('k', 60, 5, 0, 'short');
+    expect(warnings.codes()).toEqual(['SWL_SHORT_DURATION']);
+    expect(warnings.list[0].message).toMatch(/^ttl: the "short" throttler's ttl 60 is read as 60 ms.*seconds\(60\).*60000/);
+    await s.increment('k', 60, 5, 0, 'other');
+    await s.increment('k', 1_000, 5, 0, 'long');
+    expect(warnings.codes()).toEqual(['SWL_SHORT_DURATION', 'SWL_SHORT_DURATION']);
+  });
+});
+
 describe('options', () => {
   test('checked at construction', () => {
     expect(() => new RatewardenThrottlerStorage({ limit: 5 } as never)).toThrow(expect.objectContaining({ code: 'SWL_UNKNOWN_OPTION' }));
