@@ -22,6 +22,7 @@ const config: Config = {
       displayName: 'faults',
       testMatch: ['<rootDir>/test/faults/**/*.test.ts'],
       setupFilesAfterEnv: ['<rootDir>/test/helpers/setup-faults.ts'],
+      globalSetup: '<rootDir>/test/helpers/global-setup-faults.ts',
     },
   ],
 };

@@ -3,7 +3,7 @@
  * throw-away directories: a standalone server, or a Redis Cluster of masters joined
  * with `redis-cli --cluster create`.
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -11,6 +11,18 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
+
+/**
+ * What to install when a Redis binary the tests start is missing (one line), or undefined when
+ * `redis-server` and `redis-cli` are both on the PATH.
+ */
+export function missingRedisBinaries(): string | undefined {
+  const missing = ['redis-server', 'redis-cli'].filter(
+    (binary) => spawnSync(binary, ['--version'], { stdio: 'ignore' }).error !== undefined,
+  );
+  if (missing.length === 0) return undefined;
+  return `${missing.join(' and ')} not found on the PATH: these tests start their own Redis servers. Install Redis 7 (Debian or Ubuntu: apt-get install redis-server; macOS: brew install redis), or run npm run test:unit, which needs no Redis.`;
+}
 
 export interface RedisProcess {
   readonly port: number;
@@ -139,7 +151,9 @@ export async function startRedis(extraArgs: string[] = []): Promise<RedisProcess
     try {
       child = await launchOn(port, argsOn(port), 1);
     } catch (error) {
-      if (attempt >= 5) throw error;
+      if (attempt < 5) continue;
+      rmSync(dir, { recursive: true, force: true });
+      throw error;
     }
   }
   let running: ChildProcess = child;
@@ -173,20 +187,29 @@ export interface RedisCluster {
 
 /** Starts `masters` cluster-enabled servers and joins them into one cluster with all 16384 slots covered. */
 export async function startCluster(masters = 3): Promise<RedisCluster> {
-  const nodes = await Promise.all(
+  const started = await Promise.allSettled(
     Array.from({ length: masters }, () => startRedis(['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000'])),
   );
-  const addresses = nodes.map((node) => `127.0.0.1:${node.port}`);
-  await run('redis-cli', ['--cluster', 'create', ...addresses, '--cluster-replicas', '0', '--cluster-yes']);
-  // Wait until every node agrees the cluster is up.
-  const deadline = Date.now() + 20_000;
-  for (const node of nodes) {
-    for (;;) {
-      const { stdout } = await run('redis-cli', ['-p', String(node.port), 'cluster', 'info']);
-      if (stdout.includes('cluster_state:ok')) break;
-      if (Date.now() > deadline) throw new Error(`cluster did not become ok on ${node.port}`);
-      await new Promise((resolve) => setTimeout(resolve, 100));
+  const nodes = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
+  // Whatever fails from here, no server or directory is left behind.
+  try {
+    const failed = started.find((result) => result.status === 'rejected');
+    if (failed !== undefined) throw failed.reason;
+    const addresses = nodes.map((node) => `127.0.0.1:${node.port}`);
+    await run('redis-cli', ['--cluster', 'create', ...addresses, '--cluster-replicas', '0', '--cluster-yes']);
+    // Wait until every node agrees the cluster is up.
+    const deadline = Date.now() + 20_000;
+    for (const node of nodes) {
+      for (;;) {
+        const { stdout } = await run('redis-cli', ['-p', String(node.port), 'cluster', 'info']);
+        if (stdout.includes('cluster_state:ok')) break;
+        if (Date.now() > deadline) throw new Error(`cluster did not become ok on ${node.port}`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
     }
+  } catch (error) {
+    await Promise.all(nodes.map((node) => node.stop()));
+    throw error;
   }
   return {
     nodes,
