@@ -3,9 +3,10 @@
  * (`jest --selectProjects <name>`). Which file runs where, and why: test/helpers/projects.ts.
  *
  * - `unit`: no Redis. No global setup: nothing is started, and the run needs no redis-server on
- *   the PATH. The files that need no Redis, and the MemoryStore half of the split files.
+ *   the PATH. The files that need no Redis (`*.unit.test.ts`), and the MemoryStore half of
+ *   the files that run on each store (`*.each-store.test.ts`).
  * - `redis`: the global setup starts a standalone redis-server and a three-master cluster on
- *   free ports (never a server you run). The Redis half of the split files, and the files that
+ *   free ports (never a server you run). The Redis half of `*.each-store.test.ts`, and the files that
  *   need Redis.
  * - `package`: the packed tarball installed in temporary apps (no Redis, ~35 s).
  *
@@ -18,7 +19,7 @@
  * @jest-config-loader-options {"transpileOnly": true}
  */
 import type { Config } from 'jest';
-import { SPLIT_FILES, UNIT_FILES } from './test/helpers/projects';
+import { NOT_REDIS_PATTERNS, UNIT_PATTERNS } from './test/helpers/projects';
 
 /** What every project shares. */
 export const common = {
@@ -48,24 +49,20 @@ export const common = {
   ],
 } satisfies Config;
 
-const atRoot = (file: string) => `<rootDir>/${file}`;
-/** A testPathIgnorePatterns entry matching `file` only. */
-const exactly = (file: string) => `${atRoot(file).replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`;
-
 const config: Config = {
   testTimeout: 30_000,
   projects: [
     {
       ...common,
       displayName: 'unit',
-      testMatch: [...UNIT_FILES, ...SPLIT_FILES].map(atRoot),
+      testMatch: UNIT_PATTERNS.map((pattern) => `<rootDir>/test/${pattern}`),
       setupFilesAfterEnv: ['<rootDir>/test/helpers/setup-unit.ts'],
     },
     {
       ...common,
       displayName: 'redis',
       testMatch: ['<rootDir>/test/**/*.test.ts'],
-      testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/faults/', '<rootDir>/test/package/', ...UNIT_FILES.map(exactly)],
+      testPathIgnorePatterns: ['/node_modules/', ...NOT_REDIS_PATTERNS],
       setupFilesAfterEnv: ['<rootDir>/test/helpers/setup-redis.ts'],
       globalSetup: '<rootDir>/test/helpers/global-setup.ts',
       globalTeardown: '<rootDir>/test/helpers/global-teardown.ts',

@@ -1,8 +1,9 @@
 /**
  * The half of a test file that the running jest project runs (see test/helpers/projects.ts):
  * the `unit` project runs the MemoryStore half of a file that runs its scenarios on both
- * stores, with every test that needs no Redis; the `redis` project runs the RedisStore half.
- * A file run whole (faults, or a file of the redis project not split) runs both.
+ * stores (`*.each-store.test.ts`), with every test that needs no Redis; the `redis` project
+ * runs the RedisStore half.
+ * A file run whole (faults, or any other file of the redis project) runs both.
  *
  * - `selectStores(rows)` keeps the rows of the stores run here, told by their names: a name
  *   starting with `MemoryStore` or with `RedisStore`.

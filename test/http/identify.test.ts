@@ -214,7 +214,7 @@ describe('identifiers over HTTP', () => {
       expect(await keysOf(middleware.limiter.prefix)).toEqual(
         [middleware.limiter.keyFor('ip:198.51.100.9'), middleware.limiter.keyFor('ip:203.0.113.7')].sort(),
       );
-      // 'trust proxy: true' trusts every hop: each byIp() warns, once (trust-all-proxies.test.ts).
+      // 'trust proxy: true' trusts every hop: each byIp() warns, once (trust-all-proxies.unit.test.ts).
       expect(warnings.codes()).toEqual(['SWL_TRUST_ALL_PROXIES']);
     });
 
@@ -226,7 +226,7 @@ describe('identifiers over HTTP', () => {
       await request(app).get('/').expect(429);
       // supertest reaches the app over IPv4 loopback; a dual-stack listener reports ::ffff:127.0.0.1.
       expect(await keysOf(middleware.limiter.prefix)).toEqual([middleware.limiter.keyFor('ip:127.0.0.1')]);
-      // X-Forwarded-For from the socket's own peer: each byIp() warns, once (untrusted-proxy.test.ts).
+      // X-Forwarded-For from the socket's own peer: each byIp() warns, once (untrusted-proxy.each-store.test.ts).
       expect(warnings.codes()).toEqual(['SWL_UNTRUSTED_FORWARDED']);
     });
 

@@ -6,7 +6,7 @@ import { RateLimitTimeoutError } from '../../src/errors';
 const never = <T>() => new Promise<T>(() => undefined);
 /**
  * How late a timer may fire on a loaded two-core machine (CI runs two test workers and their
- * Redis servers on it), as in wait.test.ts; a timer is never early, which the lower bounds check.
+ * Redis servers on it), as in wait.each-store.test.ts; a timer is never early, which the lower bounds check.
  */
 const LATE_MS = 100;
 
