@@ -4,11 +4,12 @@
  * for a bad cost.
  */
 import type { Redis } from 'ioredis';
-import { CODES, createLimiter, type LimiterOptions, MemoryStore, OptionError, RedisStore } from '../../src';
+import { createLimiter, type LimiterOptions, MemoryStore, RedisStore } from '../../src';
 import { Warnings } from '../../src/errors';
 import { parseDuration } from '../../src/validate';
 import { redisClient } from '../helpers/redis';
 import { onRedis, withoutRedis } from '../helpers/stores';
+import { expectOptionError, thrownBy } from '../helpers/thrown';
 
 let client: Redis;
 onRedis.beforeAll(() => {
@@ -16,29 +17,20 @@ onRedis.beforeAll(() => {
 });
 onRedis.afterAll(() => client.quit());
 
-/** Asserts `fn` throws a TypeError whose message starts with `option` followed by a colon. */
-function expectOptionError(fn: () => unknown, option: string): void {
-  let thrown: unknown;
-  try {
-    fn();
-  } catch (error) {
-    thrown = error;
-  }
-  expect(thrown).toBeInstanceOf(OptionError);
-  expect(thrown).toBeInstanceOf(TypeError);
-  expect((thrown as TypeError).message.startsWith(`${option}:`)).toBe(true);
-  expect(Object.keys(CODES)).toContain((thrown as OptionError).code);
+/** Asserts `act` throws an OptionError (a TypeError) naming `option`. */
+function expectThrowsNaming(act: () => unknown, option: string): void {
+  expectOptionError(thrownBy(act), option);
 }
 
 withoutRedis.describe('createLimiter options', () => {
   test.each([-1, 1.5, NaN, Infinity, '10', 2 ** 60, true])('limit %p is rejected, naming limit', (limit) => {
-    expectOptionError(() => createLimiter({ limit: limit as number }), 'limit');
+    expectThrowsNaming(() => createLimiter({ limit: limit as number }), 'limit');
   });
 
   test.each(['1x', -5, 0, '1.5ms', '', 'ms', '1', '-1s', '1 fortnight', 0.5, NaN, Infinity, {}, '0s', '0.0001s'])(
     'window %p is rejected, naming window',
     (window) => {
-      expectOptionError(() => createLimiter({ limit: 10, window: window as string }), 'window');
+      expectThrowsNaming(() => createLimiter({ limit: 10, window: window as string }), 'window');
     },
   );
 
@@ -64,7 +56,7 @@ withoutRedis.describe('createLimiter options', () => {
 
   test('durations with more precision than a millisecond are rejected, however they are written', () => {
     for (const text of ['1.0005s', '0.0000001h', '1.5ms', '2.0001s'])
-      expectOptionError(() => parseDuration(text, 'window', new Warnings()), 'window');
+      expectThrowsNaming(() => parseDuration(text, 'window', new Warnings()), 'window');
   });
 
   test('defaults: 100 per minute, sliding window, prefix rl', () => {
@@ -76,21 +68,21 @@ withoutRedis.describe('createLimiter options', () => {
   });
 
   test('unknown keys are rejected, naming the key', () => {
-    expectOptionError(() => createLimiter({ limit: 10, windowMs: 1000 } as LimiterOptions), 'windowMs');
-    expectOptionError(() => createLimiter({ limit: 10, max: 5 } as LimiterOptions), 'max');
-    expectOptionError(() => createLimiter({ limits: [{ limit: 1, window: '1s', burst: 2 }] } as unknown as LimiterOptions), 'burst');
+    expectThrowsNaming(() => createLimiter({ limit: 10, windowMs: 1000 } as LimiterOptions), 'windowMs');
+    expectThrowsNaming(() => createLimiter({ limit: 10, max: 5 } as LimiterOptions), 'max');
+    expectThrowsNaming(() => createLimiter({ limits: [{ limit: 1, window: '1s', burst: 2 }] } as unknown as LimiterOptions), 'burst');
   });
 
   test('limits together with limit or window is rejected, naming limits', () => {
-    expectOptionError(() => createLimiter({ limit: 10, limits: [{ limit: 5, window: '1s' }] }), 'limits');
-    expectOptionError(() => createLimiter({ window: '1s', limits: [{ limit: 5, window: '1s' }] }), 'limits');
+    expectThrowsNaming(() => createLimiter({ limit: 10, limits: [{ limit: 5, window: '1s' }] }), 'limits');
+    expectThrowsNaming(() => createLimiter({ window: '1s', limits: [{ limit: 5, window: '1s' }] }), 'limits');
   });
 
   test('bad limits are rejected, naming the tier', () => {
-    expectOptionError(() => createLimiter({ limits: [] }), 'limits');
-    expectOptionError(() => createLimiter({ limits: 'x' as unknown as [] }), 'limits');
-    expectOptionError(() => createLimiter({ limits: [null as unknown as { limit: number; window: string }] }), 'limits[0]');
-    expectOptionError(
+    expectThrowsNaming(() => createLimiter({ limits: [] }), 'limits');
+    expectThrowsNaming(() => createLimiter({ limits: 'x' as unknown as [] }), 'limits');
+    expectThrowsNaming(() => createLimiter({ limits: [null as unknown as { limit: number; window: string }] }), 'limits[0]');
+    expectThrowsNaming(
       () =>
         createLimiter({
           limits: [
@@ -100,28 +92,28 @@ withoutRedis.describe('createLimiter options', () => {
         }),
       'limits[1].limit',
     );
-    expectOptionError(() => createLimiter({ limits: [{ limit: 5, window: '1x' }] }), 'limits[0].window');
+    expectThrowsNaming(() => createLimiter({ limits: [{ limit: 5, window: '1x' }] }), 'limits[0].window');
   });
 
   test('limit x window beyond exact double arithmetic is rejected', () => {
-    expectOptionError(() => createLimiter({ limit: 2 ** 40, window: '1d' }), 'limit');
+    expectThrowsNaming(() => createLimiter({ limit: 2 ** 40, window: '1d' }), 'limit');
   });
 
   test.each(['leaky-bucket', 'slidingWindow', '', 42])('algorithm %p is rejected, naming algorithm', (algorithm) => {
-    expectOptionError(() => createLimiter({ algorithm: algorithm as 'fixed-window' }), 'algorithm');
+    expectThrowsNaming(() => createLimiter({ algorithm: algorithm as 'fixed-window' }), 'algorithm');
   });
 
   test.each(['', 'a b', 'x{y}', '{', 'tab\there', 'new\nline', 42])('prefix %p is rejected, naming prefix', (prefix) => {
-    expectOptionError(() => createLimiter({ prefix: prefix as string }), 'prefix');
+    expectThrowsNaming(() => createLimiter({ prefix: prefix as string }), 'prefix');
   });
 
   test('other options are validated, naming themselves', () => {
-    expectOptionError(() => createLimiter({ clock: 5 as unknown as () => number }), 'clock');
-    expectOptionError(() => createLimiter({ timeoutMs: 0 }), 'timeoutMs');
-    expectOptionError(() => createLimiter({ timeoutMs: 1.5 }), 'timeoutMs');
-    expectOptionError(() => createLimiter({ denyCacheSize: -1 }), 'denyCacheSize');
-    expectOptionError(() => createLimiter({ store: {} as MemoryStore }), 'store');
-    expectOptionError(() => createLimiter('fast' as unknown as LimiterOptions), 'options');
+    expectThrowsNaming(() => createLimiter({ clock: 5 as unknown as () => number }), 'clock');
+    expectThrowsNaming(() => createLimiter({ timeoutMs: 0 }), 'timeoutMs');
+    expectThrowsNaming(() => createLimiter({ timeoutMs: 1.5 }), 'timeoutMs');
+    expectThrowsNaming(() => createLimiter({ denyCacheSize: -1 }), 'denyCacheSize');
+    expectThrowsNaming(() => createLimiter({ store: {} as MemoryStore }), 'store');
+    expectThrowsNaming(() => createLimiter('fast' as unknown as LimiterOptions), 'options');
   });
 });
 
@@ -157,18 +149,18 @@ withoutRedis.describe('cost in check() and peek()', () => {
 
 describe('store options', () => {
   onRedis.test('RedisStore rejects unknown keys and a missing or wrong client, naming them', () => {
-    expectOptionError(() => new RedisStore({ client, prefix: 'x' } as unknown as { client: Redis }), 'prefix');
-    expectOptionError(() => new RedisStore({ client, keyPrefix: 'x' } as unknown as { client: Redis }), 'keyPrefix');
-    expectOptionError(() => new RedisStore({} as { client: Redis }), 'client');
-    expectOptionError(() => new RedisStore({ client: { get() {} } } as unknown as { client: Redis }), 'client');
+    expectThrowsNaming(() => new RedisStore({ client, prefix: 'x' } as unknown as { client: Redis }), 'prefix');
+    expectThrowsNaming(() => new RedisStore({ client, keyPrefix: 'x' } as unknown as { client: Redis }), 'keyPrefix');
+    expectThrowsNaming(() => new RedisStore({} as { client: Redis }), 'client');
+    expectThrowsNaming(() => new RedisStore({ client: { get() {} } } as unknown as { client: Redis }), 'client');
     expect(() => new RedisStore(null as unknown as { client: Redis })).toThrow(TypeError);
   });
 
   withoutRedis.test('MemoryStore rejects unknown keys and bad numbers, naming them', () => {
-    expectOptionError(() => new MemoryStore({ max: 10 } as unknown as { maxKeys: number }), 'max');
-    expectOptionError(() => new MemoryStore({ maxKeys: 0 }), 'maxKeys');
-    expectOptionError(() => new MemoryStore({ maxKeys: 1.5 }), 'maxKeys');
-    expectOptionError(() => new MemoryStore({ sweepIntervalMs: -1 }), 'sweepIntervalMs');
+    expectThrowsNaming(() => new MemoryStore({ max: 10 } as unknown as { maxKeys: number }), 'max');
+    expectThrowsNaming(() => new MemoryStore({ maxKeys: 0 }), 'maxKeys');
+    expectThrowsNaming(() => new MemoryStore({ maxKeys: 1.5 }), 'maxKeys');
+    expectThrowsNaming(() => new MemoryStore({ sweepIntervalMs: -1 }), 'sweepIntervalMs');
     expect(() => new MemoryStore(null as unknown as object)).toThrow(TypeError);
     const store = new MemoryStore({ maxKeys: 5, sweepIntervalMs: 0 });
     expect(store.maxKeys).toBe(5);

@@ -9,6 +9,7 @@ import { type AlgorithmName, createLimiter, type Limiter, WaitExceededError } fr
 import { startAppProcess } from '../helpers/app-process';
 import { everyStore, redisUrl, uniquePrefix } from '../helpers/redis';
 import { onRedis } from '../helpers/stores';
+import { rejectionOf } from '../helpers/thrown';
 
 const STORES = everyStore();
 /**
@@ -59,7 +60,7 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
     const { limiter, checks } = setup(1, '10s', 'sliding-log');
     await limiter.check('k');
     const startedAt = Date.now();
-    const failure = await limiter.wait('k', { maxWaitMs: 1_000 }).catch((error: unknown) => error);
+    const failure = await rejectionOf(() => limiter.wait('k', { maxWaitMs: 1_000 }));
     expect(Date.now() - startedAt).toBeLessThan(LATE_MS);
     expect(failure).toBeInstanceOf(WaitExceededError);
     expect(failure).toMatchObject({ code: 'SWL_WAIT_EXCEEDED', decision: { allowed: false } });

@@ -15,6 +15,7 @@ import { rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
 import { manualClock, uniquePrefix } from '../helpers/redis';
 import { withoutRedis } from '../helpers/stores';
+import { expectOptionError, rejectionOf, thrownBy } from '../helpers/thrown';
 import { type App, counted, FRAMEWORK_ROWS, START, storesOfTestFile, type TestOptions, type TestRequest } from './frameworks';
 
 const STORES = storesOfTestFile();
@@ -327,45 +328,23 @@ withoutRedis.describe('limits together with limit or window: an OptionError at c
     ['limit function + limits function', { limit: () => 5, limits: () => tiers }],
   ];
 
-  function expectLimitsError(error: unknown): void {
-    expect(error).toBeInstanceOf(OptionError);
-    expect((error as OptionError).code).toBe('SWL_CONFLICTING_OPTIONS');
-    expect((error as Error).message).toMatch(/^limits: /);
-  }
+  const expectLimitsError = (thrown: unknown) => expectOptionError(thrown, 'limits', 'SWL_CONFLICTING_OPTIONS');
 
   test.each(CONFLICTS)('Express (%s)', (_what, options) => {
-    let thrown: unknown;
-    try {
-      rateLimit(options as never);
-    } catch (error) {
-      thrown = error;
-    }
-    expectLimitsError(thrown);
+    expectLimitsError(thrownBy(() => rateLimit(options as never)));
   });
 
   test.each(CONFLICTS)('Fastify plugin options (%s): the app fails to load', async (_what, options) => {
     const app = Fastify();
     app.register(rateLimitPlugin, options as never);
-    let thrown: unknown;
-    try {
-      await app.ready();
-    } catch (error) {
-      thrown = error;
-    }
-    expectLimitsError(thrown);
+    expectLimitsError(await rejectionOf(() => app.ready()));
     await app.close();
   });
 
   test.each(CONFLICTS)('Fastify config.rateLimit (%s): adding the route throws', async (_what, options) => {
     const app = Fastify();
     await app.register(rateLimitPlugin, {});
-    let thrown: unknown;
-    try {
-      app.get('/', { config: { rateLimit: options as never } }, async () => 'ok');
-    } catch (error) {
-      thrown = error;
-    }
-    expectLimitsError(thrown);
+    expectLimitsError(thrownBy(() => app.get('/', { config: { rateLimit: options as never } }, async () => 'ok')));
     await app.close();
   });
 

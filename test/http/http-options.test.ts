@@ -6,9 +6,10 @@ import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { CODES, createLimiter, OptionError, RedisStore, rateLimit } from '../../src/express';
+import { createLimiter, RedisStore, rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
 import { redisClient, uniquePrefix } from '../helpers/redis';
+import { expectOptionError, rejectionOf, thrownBy } from '../helpers/thrown';
 
 /** [what, options, the option the error must name] */
 const BAD: [string, Record<string, unknown>, string][] = [
@@ -60,29 +61,15 @@ const BAD: [string, Record<string, unknown>, string][] = [
 
 const GOOD = { limit: 100, window: '1m' };
 
+/** Asserts `thrown` is an OptionError naming `option` (a space after its colon). */
 function expectNamed(thrown: unknown, option: string): void {
-  expect(thrown).toBeInstanceOf(OptionError);
-  expect(Object.keys(CODES)).toContain((thrown as OptionError).code);
+  expectOptionError(thrown, option);
   expect((thrown as Error).message.startsWith(`${option}: `)).toBe(true);
 }
 
 /** The error a Fastify app fails to load with (before the fix, a bad plugin option hung ready() forever). */
-async function loadError(app: FastifyInstance): Promise<unknown> {
-  try {
-    await app.ready();
-  } catch (error) {
-    return error;
-  }
-  throw new Error('the app loaded');
-}
-
-function thrownBy(fn: () => unknown): unknown {
-  try {
-    fn();
-  } catch (error) {
-    return error;
-  }
-  throw new Error('did not throw');
+function loadError(app: FastifyInstance): Promise<unknown> {
+  return rejectionOf(() => app.ready());
 }
 
 describe('Express rateLimit(options)', () => {
