@@ -4,10 +4,10 @@
  * about twice the limit through (its documented weakness).
  */
 import type { Redis } from 'ioredis';
-import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
+import { createLimiter, type Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores } from '../helpers/stores';
+import { onRedis, storesOfTestFile } from '../helpers/stores';
 
 let client: Redis;
 onRedis.beforeAll(() => {
@@ -19,10 +19,7 @@ const LIMIT = 100;
 const WINDOW = 60_000;
 const BOUNDARY = 1_700_000_040_000 - (1_700_000_040_000 % WINDOW) + WINDOW;
 
-const stores = selectStores<[string, () => Store]>([
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-]);
+const stores = storesOfTestFile(() => client);
 
 /**
  * 2 x limit requests, evenly spread over the last `spanMs` before the boundary and the first

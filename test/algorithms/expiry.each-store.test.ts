@@ -8,16 +8,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import {
-  closeClient,
-  manualClock,
-  REDIS_CLIENTS,
-  redisClient,
-  redisStoresPerClient,
-  type StoreClient,
-  uniquePrefix,
-} from '../helpers/redis';
-import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
+import { closeClient, manualClock, REDIS_CLIENTS, redisClient, type StoreClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, redisStoresPerClient, selectStores, withoutRedis } from '../helpers/stores';
 
 let client: Redis;
 onRedis.beforeAll(() => {

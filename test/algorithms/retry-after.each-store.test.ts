@@ -8,8 +8,8 @@ import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import type { Tier } from '../../src/tiers';
 import { mulberry32 as seeded } from '../../support/random';
-import { manualClock, redisStoresPerClient, uniquePrefix } from '../helpers/redis';
-import { selectStores } from '../helpers/stores';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { redisStoresPerClient, selectStores } from '../helpers/stores';
 
 const stores = selectStores<[string, () => Store]>([
   ...redisStoresPerClient(),

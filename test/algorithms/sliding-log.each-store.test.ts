@@ -3,9 +3,9 @@
  * millisecond, trimmed to the longest window.
  */
 import type { Redis } from 'ioredis';
-import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
+import { createLimiter, RedisStore } from '../../src';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores } from '../helpers/stores';
+import { onRedis, storesOfTestFile } from '../helpers/stores';
 
 let client: Redis;
 onRedis.beforeAll(() => {
@@ -122,12 +122,7 @@ onRedis.describe('sliding log in Redis', () => {
   });
 });
 
-describe.each(
-  selectStores<[string, () => Store]>([
-    ['RedisStore', () => new RedisStore({ client })],
-    ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-  ]),
-)('sliding log is exact on %s', (_name, makeStore) => {
+describe.each(storesOfTestFile(() => client))('sliding log is exact on %s', (_name, makeStore) => {
   test('the count is exactly the units newer than now - window', async () => {
     const clock = manualClock(START);
     const limiter = createLimiter({

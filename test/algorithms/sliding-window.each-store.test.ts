@@ -1,21 +1,11 @@
-import type { Redis } from 'ioredis';
-import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores } from '../helpers/stores';
+import { createLimiter } from '../../src';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { storesOfTestFile } from '../helpers/stores';
 
 const WINDOW = 60_000;
 const START = 1_700_000_040_000 - (1_700_000_040_000 % WINDOW); // a window boundary
 
-let client: Redis;
-onRedis.beforeAll(() => {
-  client = redisClient();
-});
-onRedis.afterAll(() => client.quit());
-
-const stores = selectStores<[string, () => Store]>([
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-]);
+const stores = storesOfTestFile();
 
 describe.each(stores)('sliding window on %s', (_name, makeStore) => {
   function setup(limit = 100) {

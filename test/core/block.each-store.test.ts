@@ -18,7 +18,8 @@ import {
   type Store,
 } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { clusterClient, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { decisionEssentials } from '../helpers/decisions';
+import { clusterClient, keysUnder, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
 
 const MINUTE = 60_000;
@@ -68,21 +69,6 @@ const STORES: StoreKind[] = selectStores<StoreKind>([
 ]);
 const REDIS_STORES = STORES.filter((kind) => kind.name !== 'MemoryStore');
 
-/** Every key under `prefix:`, on every master of a cluster. */
-async function keysUnder(redis: Redis | Cluster, prefix: string): Promise<string[]> {
-  const nodes = 'nodes' in redis && typeof redis.nodes === 'function' ? (redis as Cluster).nodes('master') : [redis as Redis];
-  const keys: string[] = [];
-  for (const node of nodes) {
-    let cursor = '0';
-    do {
-      const [next, batch] = await node.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-      cursor = next;
-      keys.push(...batch);
-    } while (cursor !== '0');
-  }
-  return keys;
-}
-
 /** A store that counts the calls the limiter makes to it. */
 function countingStore(inner: Store): { store: Store; calls: { check: number } } {
   const calls = { check: 0 };
@@ -96,18 +82,6 @@ function countingStore(inner: Store): { store: Store; calls: { check: number } }
     reset: (key) => inner.reset(key),
   };
   return { store, calls };
-}
-
-/** What must be the same whether a decision came from the store or the deny cache. */
-function essentials(decision: Decision): object {
-  return {
-    allowed: decision.allowed,
-    blocked: decision.blocked,
-    retryAfterMs: decision.retryAfterMs,
-    resetAt: decision.resetAt,
-    remaining: decision.remaining,
-    tiers: decision.tiers.map(({ remaining, retryAfterMs, resetAt }) => ({ remaining, retryAfterMs, resetAt })),
-  };
 }
 
 /** The figures of a blocked decision at `now`, for a block ending at `until`. */
@@ -390,7 +364,7 @@ describe.each(STORES)('the deny cache with blockFor on $name', (kind) => {
       clock.set(START + at);
       const method = at === SHORT ? 'peek' : 'check';
       const [expected, actual] = await both(method);
-      expect({ at, method, ...essentials(actual) }).toEqual({ at, method, ...essentials(expected) });
+      expect({ at, method, ...decisionEssentials(actual) }).toEqual({ at, method, ...decisionEssentials(expected) });
     }
   });
 });

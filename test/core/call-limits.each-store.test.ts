@@ -17,7 +17,7 @@ import {
   type TierOptions,
 } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { keysUnder, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 import { onRedis, selectStores } from '../helpers/stores';
 
 const ALGORITHMS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'sliding-log'];
@@ -61,14 +61,7 @@ function setupFor(
   });
   const keys = async (): Promise<string[] | number> => {
     if (store instanceof MemoryStore) return store.size;
-    const found: string[] = [];
-    let cursor = '0';
-    do {
-      const [next, batch] = await client.scan(cursor, 'MATCH', `${limiter.prefix}:*`, 'COUNT', 1000);
-      cursor = next;
-      found.push(...batch);
-    } while (cursor !== '0');
-    return found.sort();
+    return (await keysUnder(client, limiter.prefix)).sort();
   };
   return { clock, limiter, store, keys };
 }

@@ -8,7 +8,8 @@
 import type { Cluster } from 'ioredis';
 import { createLimiter, type Decision, type Limiter, type LimiterOptions } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
-import { everyStore, manualClock, uniquePrefix } from '../helpers/redis';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { everyStore } from '../helpers/stores';
 
 const STORES = everyStore();
 

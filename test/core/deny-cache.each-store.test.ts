@@ -4,14 +4,15 @@
  * store round trips after the first denial.
  */
 import type { Redis } from 'ioredis';
-import { createLimiter, type Decision, MemoryStore, RedisStore, type Store } from '../../src';
+import { createLimiter, type Decision, MemoryStore, RedisStore } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { DenyCache } from '../../src/core/deny-cache';
 import type { Tier } from '../../src/tiers';
 import { mulberry32 as seeded } from '../../support/random';
+import { decisionEssentials } from '../helpers/decisions';
 import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
+import { onRedis, storesOfTestFile, withoutRedis } from '../helpers/stores';
 
 let client: Redis;
 onRedis.beforeAll(() => {
@@ -21,10 +22,7 @@ onRedis.afterAll(() => client.quit());
 afterEach(() => jest.restoreAllMocks());
 
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
-const stores = selectStores<[string, () => Store]>([
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-]);
+const stores = storesOfTestFile(() => client);
 const CONFIGS: Tier[][] = [
   [{ limit: 5, window: 1_000 }],
   [
@@ -33,18 +31,6 @@ const CONFIGS: Tier[][] = [
   ],
   [{ limit: 10, window: 60_000 }],
 ];
-
-/** What a cached answer must get exactly right (the fractional estimate may have decayed since). */
-function essentials(decision: Decision): object {
-  return {
-    allowed: decision.allowed,
-    retryAfterMs: decision.retryAfterMs,
-    resetAt: decision.resetAt,
-    remaining: decision.remaining,
-    tier: decision.tier,
-    tiers: decision.tiers.map(({ remaining, retryAfterMs, resetAt }) => ({ remaining, retryAfterMs, resetAt })),
-  };
-}
 
 describe.each(stores)('deny cache on %s', (_name, makeStore) => {
   test.each(ALGORITHMS)('%s: with and without the cache, identical decisions for a random sequence (with resets)', async (algorithm) => {
@@ -80,10 +66,10 @@ describe.each(stores)('deny cache on %s', (_name, makeStore) => {
         if (actual.cached) cachedAnswers++;
         if (!expected.allowed) denials++;
         expect(expected.cached).toBe(false);
-        if (JSON.stringify(essentials(actual)) !== JSON.stringify(essentials(expected))) {
+        if (JSON.stringify(decisionEssentials(actual)) !== JSON.stringify(decisionEssentials(expected))) {
           throw new Error(
             `${algorithm} ${JSON.stringify(limits)} step ${step}: cached limiter differs\n  ${history.slice(-10).join('\n  ')}\n` +
-              `without cache: ${JSON.stringify(essentials(expected))}\nwith cache:    ${JSON.stringify({ ...essentials(actual), cached: actual.cached })}`,
+              `without cache: ${JSON.stringify(decisionEssentials(expected))}\nwith cache:    ${JSON.stringify({ ...decisionEssentials(actual), cached: actual.cached })}`,
           );
         }
       }

@@ -4,29 +4,17 @@
  * under the prefix and keep their own counters.
  */
 import type { Redis } from 'ioredis';
-import { createLimiter, MemoryStore, RedisStore, type Store } from '../../src';
+import { createLimiter, RedisStore } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
+import { keyBytesMatching, keysUnder, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, storesOfTestFile, withoutRedis } from '../helpers/stores';
 
 let client: Redis;
 onRedis.beforeAll(() => {
   client = redisClient();
 });
 onRedis.afterAll(() => client.quit());
-
-/** Every key under `prefix:`, as raw bytes. */
-async function keysUnder(prefix: string): Promise<Buffer[]> {
-  const keys: Buffer[] = [];
-  let cursor = '0';
-  do {
-    const [next, batch] = await client.scanBuffer(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    cursor = next.toString();
-    keys.push(...batch);
-  } while (cursor !== '0');
-  return keys;
-}
 
 const ODD_IDENTIFIERS = [
   'user{42}',
@@ -108,7 +96,7 @@ onRedis.describe.each(ALGORITHMS)('%s keys in Redis', (algorithm) => {
     expect((await limiter.check(a)).allowed).toBe(true);
     expect((await limiter.check(a)).allowed).toBe(false);
     expect((await limiter.check(b)).allowed).toBe(true);
-    const keys = (await keysUnder(prefix)).map((key) => key.toString()).sort();
+    const keys = (await keysUnder(client, prefix)).sort();
     expect(keys).toEqual([limiter.keyFor(a), limiter.keyFor(b)].sort());
     for (const key of keys) expect(key.length).toBeLessThan(prefix.length + 60);
     await limiter.reset(a);
@@ -135,24 +123,19 @@ onRedis.describe.each(ALGORITHMS)('%s keys in Redis', (algorithm) => {
     for (const id of ODD_IDENTIFIERS) {
       expect((await limiter.peek(id)).allowed).toBe(false);
     }
-    const keys = await keysUnder(prefix);
+    const keys = await keyBytesMatching(client, `${prefix}:*`);
     expect(keys).toHaveLength(ODD_IDENTIFIERS.length);
     const prefixBytes = Buffer.from(`${prefix}:`);
     for (const key of keys) expect(key.subarray(0, prefixBytes.length).equals(prefixBytes)).toBe(true);
     // A glob-looking identifier only touches its own key.
     await limiter.reset('*');
-    expect(await keysUnder(prefix)).toHaveLength(ODD_IDENTIFIERS.length - 1);
+    expect(await keyBytesMatching(client, `${prefix}:*`)).toHaveLength(ODD_IDENTIFIERS.length - 1);
     expect((await limiter.peek('user*')).allowed).toBe(false);
     expect((await limiter.peek('*')).allowed).toBe(true);
   });
 });
 
-describe.each(
-  selectStores<[string, () => Store]>([
-    ['RedisStore', () => new RedisStore({ client })],
-    ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-  ]),
-)('identifiers that are not well-formed UTF-16 on %s', (_name, makeStore) => {
+describe.each(storesOfTestFile(() => client))('identifiers that are not well-formed UTF-16 on %s', (_name, makeStore) => {
   test('distinct lone surrogates do not share a counter', async () => {
     const limiter = createLimiter({ store: makeStore(), limit: 1, window: '1m', prefix: uniquePrefix('utf'), denyCacheSize: 0 });
     const ids = ['\ud800', '\udc00', '\udfff', 'x\ud800', 'x\udbff'];

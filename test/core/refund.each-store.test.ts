@@ -4,10 +4,10 @@
  * window it was counted in, never below zero, never creating a key, keeping the key's expiry;
  * it ignores decisions that counted nothing and drops a cached denial.
  */
-import { Cluster, type Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { createLimiter, type Decision, type Limiter, MemoryStore, OptionError, RedisStore, type Store, type TierOptions } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { clusterClient, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { clusterClient, keysUnder, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 import { onRedis, selectStores } from '../helpers/stores';
 
 // The token bucket's refund (no windows: its level) has its own tests at the end of this file.
@@ -41,21 +41,6 @@ function redisOf(backend: BackendName): Redis | Cluster | undefined {
 function makeStore(backend: BackendName): Store {
   const redis = redisOf(backend);
   return redis === undefined ? new MemoryStore({ sweepIntervalMs: 0 }) : new RedisStore({ client: redis });
-}
-
-/** Every key under `prefix:`, on every master of the cluster or on the standalone server. */
-async function keysUnder(redis: Redis | Cluster, prefix: string): Promise<string[]> {
-  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
-  const keys: string[] = [];
-  for (const node of nodes) {
-    let cursor = '0';
-    do {
-      const [next, batch] = await node.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-      cursor = next;
-      keys.push(...batch);
-    } while (cursor !== '0');
-  }
-  return keys;
 }
 
 interface Setup {

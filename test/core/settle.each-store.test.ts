@@ -7,7 +7,8 @@
  */
 import { type AlgorithmName, createLimiter, type Limiter } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
-import { everyStore, manualClock, uniquePrefix } from '../helpers/redis';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { everyStore } from '../helpers/stores';
 
 const STORES = everyStore();
 const MINUTE = 60_000;

@@ -5,8 +5,8 @@
 import { createLimiter, type Decision, MemoryStore, type Store } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { manualClock, redisStoresPerClient, uniquePrefix } from '../helpers/redis';
-import { selectStores } from '../helpers/stores';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { redisStoresPerClient, selectStores } from '../helpers/stores';
 
 const HOUR = 3_600_000;
 const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR); // a boundary of both tiers

@@ -7,8 +7,8 @@
  */
 import { type AlgorithmName, createLimiter, type Limiter, WaitExceededError } from '../../src';
 import { startAppProcess } from '../helpers/app-process';
-import { everyStore, redisUrl, uniquePrefix } from '../helpers/redis';
-import { onRedis } from '../helpers/stores';
+import { redisUrl, uniquePrefix } from '../helpers/redis';
+import { everyStore, onRedis } from '../helpers/stores';
 import { rejectionOf } from '../helpers/thrown';
 
 const STORES = everyStore();

@@ -8,7 +8,7 @@ import type { Redis } from 'ioredis';
 import request from 'supertest';
 import type { FastifyRateLimitOptions } from '../../src/fastify';
 import { RedisStore, rateLimitPlugin } from '../../src/fastify';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { keysMatching, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;
 const apps: FastifyInstance[] = [];
@@ -101,13 +101,6 @@ describe('routes that change only how a check runs', () => {
     expect((await request(app.server).get('/tuned')).headers['x-ratelimit-remaining']).toBe('1');
     expect((await request(app.server).get('/plain')).headers['x-ratelimit-remaining']).toBe('0');
     expect((await request(app.server).get('/tuned')).status).toBe(429);
-    const keys: string[] = [];
-    let cursor = '0';
-    do {
-      const [next, batch] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-      keys.push(...batch);
-      cursor = next;
-    } while (cursor !== '0');
-    expect(keys).toEqual([`${prefix}:client`]);
+    expect(await keysMatching(client, `${prefix}*`)).toEqual([`${prefix}:client`]);
   });
 });

@@ -7,7 +7,7 @@
  */
 import { type AlgorithmName, createLimiter, type Limiter, RedisStore, type RedisStoreClient } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
-import { expectCounted } from '../helpers/counts';
+import { expectCounted } from '../helpers/decisions';
 import { disconnect, faultClient, RECOMMENDED_CONFIGS, type RedisProcess, startFaultRedis, waitReady } from '../helpers/redis-faults';
 
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;

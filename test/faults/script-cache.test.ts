@@ -8,7 +8,7 @@
  */
 import { type AlgorithmName, createLimiter, RedisStore } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
-import { expectCounted } from '../helpers/counts';
+import { expectCounted } from '../helpers/decisions';
 import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
 import { watchUnhandledRejections } from '../helpers/process';
 import {

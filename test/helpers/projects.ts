@@ -25,8 +25,16 @@ export type ProjectName = 'unit' | 'redis' | 'faults';
 /** The variables through which global-setup.ts hands its servers to the test files. */
 export const REDIS_URL_VARIABLE = 'RATEWARDEN_TEST_REDIS_URL';
 export const REDIS_CLUSTER_NODES_VARIABLE = 'RATEWARDEN_TEST_REDIS_CLUSTER_NODES';
-/** What a test file runs here: `memory`, `redis`, or `memory,redis` (read by test/helpers/stores.ts). */
-export const STORES_VARIABLE = 'RATEWARDEN_TEST_STORES';
+/** What a test file runs here: `memory`, `redis`, or `memory,redis` (read by `runsStores`). */
+const STORES_VARIABLE = 'RATEWARDEN_TEST_STORES';
+
+export type StoreKind = 'memory' | 'redis';
+
+/** Whether the test file runs the stores of `kind` in this project (both, when no project said). */
+export function runsStores(kind: StoreKind): boolean {
+  const stores = process.env[STORES_VARIABLE];
+  return stores === undefined || stores.split(',').includes(kind);
+}
 
 /**
  * Run by each project's setup file, in the environment of every test file before it loads

@@ -3,9 +3,8 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import type * as NodeRedis from 'redis';
-import { MemoryStore, RedisStore, type RedisStoreClient, type Store } from '../../src';
-import { REDIS_CLUSTER_NODES_VARIABLE, REDIS_URL_VARIABLE } from './projects';
-import { onRedis, runsStores, selectStores } from './stores';
+import type { RedisStoreClient } from '../../src';
+import { REDIS_CLUSTER_NODES_VARIABLE, REDIS_URL_VARIABLE, runsStores } from './projects';
 
 /**
  * node-redis (the `redis` package), loaded on first use: loading it takes about 0.2 s, which
@@ -141,22 +140,6 @@ export async function closeClient(client: StoreClient): Promise<void> {
   (client as unknown as { destroy(): void }).destroy();
 }
 
-/**
- * For suites that list the stores they run on: one `RedisStore` factory per client library
- * (named `RedisStore (ioredis)`, `RedisStore (node-redis)`), over standalone clients opened in
- * `beforeAll` and closed in `afterAll` of the calling file. None, and no client, in a jest
- * project that does not run the file's Redis half (see test/helpers/stores.ts).
- */
-export function redisStoresPerClient(): [string, () => RedisStore][] {
-  if (!runsStores('redis')) return [];
-  const clients = new Map<string, StoreClient>();
-  beforeAll(async () => {
-    for (const [name, kind] of REDIS_CLIENTS) clients.set(name, await kind.standalone());
-  });
-  afterAll(() => Promise.all([...clients.values()].map(closeClient)));
-  return REDIS_CLIENTS.map(([name]) => [`RedisStore (${name})`, () => new RedisStore({ client: clients.get(name)! })]);
-}
-
 /** The major version of the node-redis (`redis`) package the tests load, found from its entry point (so a jest module mapping is honoured). */
 export function nodeRedisMajor(): number {
   for (let dir = dirname(require.resolve('redis')); dir !== dirname(dir); dir = dirname(dir)) {
@@ -171,27 +154,29 @@ export function nodeRedisMajor(): number {
 }
 
 /**
- * Every store a feature must work on, for `describe.each`: `[name, make, client]` for the
- * MemoryStore (no client) and a RedisStore over each client library on the standalone server and
- * on the cluster (`RedisStore (ioredis)`, `RedisStore on Cluster (node-redis)`...); of these, the
- * rows the running jest project runs. The clients are opened before the file's tests and closed
- * after them. Call once, at the top level of a test file.
+ * Every key matching the glob `pattern`, by SCAN (never KEYS), as raw bytes: on the standalone
+ * server, or on every master of a cluster.
  */
-export function everyStore(): [string, () => Store, () => StoreClient | undefined][] {
-  const clients = new Map<string, StoreClient>();
-  onRedis.beforeAll(async () => {
-    for (const [name, kind] of REDIS_CLIENTS) {
-      clients.set(`RedisStore (${name})`, await kind.standalone());
-      clients.set(`RedisStore on Cluster (${name})`, await kind.cluster());
-    }
-  });
-  onRedis.afterAll(() => Promise.all([...clients.values()].map(closeClient)));
-  const redisRows = REDIS_CLIENTS.flatMap(([name]) => [`RedisStore (${name})`, `RedisStore on Cluster (${name})`]).map(
-    (storeName): [string, () => Store, () => StoreClient | undefined] => [
-      storeName,
-      () => new RedisStore({ client: clients.get(storeName)! }),
-      () => clients.get(storeName),
-    ],
-  );
-  return selectStores([['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 }), () => undefined], ...redisRows]);
+export async function keyBytesMatching(redis: Redis | Cluster, pattern: string): Promise<Buffer[]> {
+  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
+  const keys: Buffer[] = [];
+  for (const node of nodes) {
+    let cursor = '0';
+    do {
+      const [next, batch] = await node.scanBuffer(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      cursor = next.toString();
+      keys.push(...batch);
+    } while (cursor !== '0');
+  }
+  return keys;
+}
+
+/** Every key matching the glob `pattern` (see {@link keyBytesMatching}), as strings. */
+export async function keysMatching(redis: Redis | Cluster, pattern: string): Promise<string[]> {
+  return (await keyBytesMatching(redis, pattern)).map((key) => key.toString());
+}
+
+/** Every key a limiter with `prefix` may have written (`${prefix}:*`), on the server or every master of a cluster. */
+export function keysUnder(redis: Redis | Cluster, prefix: string): Promise<string[]> {
+  return keysMatching(redis, `${prefix}:*`);
 }

@@ -10,16 +10,13 @@
  * - `onRedis.describe(...)`, `onRedis.test(...)`, `onRedis.beforeAll(...)`...: the parts that
  *   need Redis. `withoutRedis.*`: the parts that need none (MemoryStore, no store at all).
  *   Elsewhere they register nothing, so a test is never counted (nor skipped) twice.
+ * - `storesOfTestFile()`, `redisStoresPerClient()`, `everyStore()`: the store rows a file runs
+ *   its scenarios on, for `describe.each`, with their clients opened and closed for it.
  */
-import { STORES_VARIABLE } from './projects';
-
-export type StoreKind = 'memory' | 'redis';
-
-/** Whether the test file runs the stores of `kind` in this project (both, when no project said). */
-export function runsStores(kind: StoreKind): boolean {
-  const stores = process.env[STORES_VARIABLE];
-  return stores === undefined || stores.split(',').includes(kind);
-}
+import type { Redis } from 'ioredis';
+import { MemoryStore, RedisStore, type Store } from '../../src';
+import { runsStores, type StoreKind } from './projects';
+import { closeClient, REDIS_CLIENTS, redisClient, type StoreClient } from './redis';
 
 function kindOfStore(name: string): StoreKind {
   if (name.startsWith('MemoryStore')) return 'memory';
@@ -66,3 +63,67 @@ export const onRedis: TestPart = part('redis');
 
 /** Tests and hooks that need no Redis (a MemoryStore, or no store): run with the MemoryStore half. */
 export const withoutRedis: TestPart = part('memory');
+
+/**
+ * The stores a test file runs its scenarios on, `[name, make]`: a RedisStore on the run's
+ * standalone server and a MemoryStore; of these, the ones the running jest project runs. The
+ * RedisStore's client is `client()` when given (a client the file opened itself, to inspect
+ * keys), else one opened before the file's Redis tests and quit after them. Call once, at the
+ * top level of a test file.
+ */
+export function storesOfTestFile(client?: () => Redis): [string, () => Store][] {
+  let opened: Redis | undefined;
+  if (client === undefined) {
+    onRedis.beforeAll(() => {
+      opened = redisClient();
+    });
+    onRedis.afterAll(() => opened?.quit());
+  }
+  const storeClient = client ?? (() => opened!);
+  return selectStores<[string, () => Store]>([
+    ['RedisStore', () => new RedisStore({ client: storeClient() })],
+    ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
+  ]);
+}
+
+/**
+ * For suites that list the stores they run on: one `RedisStore` factory per client library
+ * (named `RedisStore (ioredis)`, `RedisStore (node-redis)`), over standalone clients opened in
+ * `beforeAll` and closed in `afterAll` of the calling file. None, and no client, in a jest
+ * project that does not run the file's Redis half.
+ */
+export function redisStoresPerClient(): [string, () => RedisStore][] {
+  if (!runsStores('redis')) return [];
+  const clients = new Map<string, StoreClient>();
+  beforeAll(async () => {
+    for (const [name, kind] of REDIS_CLIENTS) clients.set(name, await kind.standalone());
+  });
+  afterAll(() => Promise.all([...clients.values()].map(closeClient)));
+  return REDIS_CLIENTS.map(([name]) => [`RedisStore (${name})`, () => new RedisStore({ client: clients.get(name)! })]);
+}
+
+/**
+ * Every store a feature must work on, for `describe.each`: `[name, make, client]` for the
+ * MemoryStore (no client) and a RedisStore over each client library on the standalone server and
+ * on the cluster (`RedisStore (ioredis)`, `RedisStore on Cluster (node-redis)`...); of these, the
+ * rows the running jest project runs. The clients are opened before the file's tests and closed
+ * after them. Call once, at the top level of a test file.
+ */
+export function everyStore(): [string, () => Store, () => StoreClient | undefined][] {
+  const clients = new Map<string, StoreClient>();
+  onRedis.beforeAll(async () => {
+    for (const [name, kind] of REDIS_CLIENTS) {
+      clients.set(`RedisStore (${name})`, await kind.standalone());
+      clients.set(`RedisStore on Cluster (${name})`, await kind.cluster());
+    }
+  });
+  onRedis.afterAll(() => Promise.all([...clients.values()].map(closeClient)));
+  const redisRows = REDIS_CLIENTS.flatMap(([name]) => [`RedisStore (${name})`, `RedisStore on Cluster (${name})`]).map(
+    (storeName): [string, () => Store, () => StoreClient | undefined] => [
+      storeName,
+      () => new RedisStore({ client: clients.get(storeName)! }),
+      () => clients.get(storeName),
+    ],
+  );
+  return selectStores([['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 }), () => undefined], ...redisRows]);
+}

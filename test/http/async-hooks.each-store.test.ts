@@ -8,16 +8,8 @@
  */
 import { byIp, byUser, OptionError } from '../../src';
 import { manualClock, uniquePrefix } from '../helpers/redis';
-import {
-  type App,
-  counted,
-  FRAMEWORK_ROWS,
-  START,
-  storesOfTestFile,
-  type TestOptions,
-  type TestRequest,
-  unhandledRejectionsDuring,
-} from './frameworks';
+import { storesOfTestFile } from '../helpers/stores';
+import { type App, counted, FRAMEWORK_ROWS, START, type TestOptions, type TestRequest, unhandledRejectionsDuring } from './frameworks';
 
 const STORES = storesOfTestFile();
 

@@ -8,33 +8,22 @@
  */
 import express from 'express';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
-import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { createLimiter, type Decision, type Limiter, MemoryStore, RedisStore, type Store } from '../../src';
+import { createLimiter, type Decision, type Limiter, type Store } from '../../src';
 import { type ExpressRateLimitOptions, rateLimit } from '../../src/express';
 import { type FastifyRateLimitOptions, type RouteRateLimitOptions, rateLimitPlugin } from '../../src/fastify';
 import type { HeadersOption } from '../../src/http/headers';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores } from '../helpers/stores';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { storesOfTestFile } from '../helpers/stores';
 
 const MINUTE = 60_000;
 /** A boundary of every window used here. */
 const START = 1_800_000_000_000 - (1_800_000_000_000 % MINUTE);
 
-let client: Redis;
 const fastifyApps: FastifyInstance[] = [];
-onRedis.beforeAll(() => {
-  client = redisClient();
-});
-afterAll(async () => {
-  await Promise.all(fastifyApps.map((app) => app.close()));
-  await client?.quit();
-});
+afterAll(() => Promise.all(fastifyApps.map((app) => app.close())));
 
-const STORES = selectStores<[string, () => Store]>([
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-  ['RedisStore', () => new RedisStore({ client })],
-]);
+const STORES = storesOfTestFile();
 
 /** The limiter settings under test; the app identifies every request as one client. */
 interface Settings {

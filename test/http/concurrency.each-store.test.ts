@@ -8,8 +8,8 @@ import http from 'node:http';
 import { createLimiter, RedisStore } from '../../src';
 import { type AppProcess, startAppProcess } from '../helpers/app-process';
 import { redisClient, redisUrl, uniquePrefix } from '../helpers/redis';
-import { onRedis } from '../helpers/stores';
-import { type App, FRAMEWORK_ROWS, type Route, START, storesOfTestFile } from './frameworks';
+import { onRedis, storesOfTestFile } from '../helpers/stores';
+import { type App, FRAMEWORK_ROWS, type Route, START } from './frameworks';
 
 const STORES = storesOfTestFile();
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

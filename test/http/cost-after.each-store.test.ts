@@ -8,7 +8,8 @@
  */
 import http from 'node:http';
 import { uniquePrefix } from '../helpers/redis';
-import { counted, eventually, FRAMEWORK_ROWS, type Route, START, storesOfTestFile, type TestOptions, type TestRequest } from './frameworks';
+import { storesOfTestFile } from '../helpers/stores';
+import { counted, eventually, FRAMEWORK_ROWS, type Route, START, type TestOptions, type TestRequest } from './frameworks';
 
 const STORES = storesOfTestFile();
 const IP = 'ip:127.0.0.1';

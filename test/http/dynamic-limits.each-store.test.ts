@@ -14,9 +14,9 @@ import { OptionError, type TierOptions } from '../../src';
 import { rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
 import { manualClock, uniquePrefix } from '../helpers/redis';
-import { withoutRedis } from '../helpers/stores';
+import { storesOfTestFile, withoutRedis } from '../helpers/stores';
 import { expectOptionError, rejectionOf, thrownBy } from '../helpers/thrown';
-import { type App, counted, FRAMEWORK_ROWS, START, storesOfTestFile, type TestOptions, type TestRequest } from './frameworks';
+import { type App, counted, FRAMEWORK_ROWS, START, type TestOptions, type TestRequest } from './frameworks';
 
 const STORES = storesOfTestFile();
 

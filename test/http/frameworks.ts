@@ -4,7 +4,8 @@
  * Fastify route's `config.rateLimit`, and Hono middleware on @hono/node-server (its options'
  * functions get a view of the context with the fields the tests read, `headers`, `ip`...). Each app listens on a real socket (127.0.0.1, so
  * `byIp()` sees `ip:127.0.0.1`), its route counts the requests that got past the limiter,
- * and its error handling records what reached it. Not a test file itself.
+ * and its error handling records what reached it; it is closed after the test that started it.
+ * Not a test file itself.
  */
 import http, { type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -14,25 +15,13 @@ import express5, { type NextFunction, type Request, type Response } from 'expres
 import Fastify, { type FastifyInstance } from 'fastify';
 import { type Context, Hono } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
-import type { Redis } from 'ioredis';
 import request from 'supertest';
-import {
-  type CheckOptions,
-  createLimiter,
-  type Decision,
-  type Limiter,
-  MemoryStore,
-  RedisStore,
-  type RequestLike,
-  type Store,
-} from '../../src';
+import { type CheckOptions, createLimiter, type Decision, type Limiter, type RequestLike, type Store } from '../../src';
 import type { Awaitable } from '../../src/async';
 import * as expressAdapter from '../../src/express';
 import * as fastifyAdapter from '../../src/fastify';
 import * as honoAdapter from '../../src/hono';
 import type { HttpOptions } from '../../src/http/http-options';
-import { redisClient } from '../helpers/redis';
-import { onRedis, selectStores } from '../helpers/stores';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const express4 = require('express4') as typeof express5;
@@ -93,32 +82,15 @@ const open = new Set<App>();
 /** A minute into an hour, the start of the tests' manual clocks: no window boundary is near. */
 export const START = 1_800_000_000_000 - (1_800_000_000_000 % 3_600_000) + 60_000;
 
-/**
- * The stores a test file runs its scenarios on, `[name, make]`: a RedisStore over a client
- * the file opens before its tests and quits after them, and a MemoryStore; of these, the ones
- * the running jest project runs (the MemoryStore in `unit`, the RedisStore in `redis`: see
- * test/helpers/stores.ts). Also closes every app a test started. Call once, at the top level
- * of a test file.
- */
-export function storesOfTestFile(): [string, () => Store][] {
-  let client: Redis;
-  onRedis.beforeAll(() => {
-    client = redisClient();
-  });
-  afterEach(() => closeApps());
-  onRedis.afterAll(() => client.quit());
-  return selectStores<[string, () => Store]>([
-    ['RedisStore', () => new RedisStore({ client })],
-    ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-  ]);
-}
-
-/** Closes every app started since the last call; for afterEach. */
+/** Closes every app started since the last call. */
 async function closeApps(): Promise<void> {
   const apps = [...open];
   open.clear();
   await Promise.all(apps.map((app) => app.close()));
 }
+
+// Every app a test starts is closed after it, in each test file that imports this one.
+afterEach(() => closeApps());
 
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

@@ -5,33 +5,22 @@
  */
 import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
-import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { type Decision, MemoryStore, RedisStore, type Store } from '../../src';
+import type { Decision } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { storesOfTestFile, withoutRedis } from '../helpers/stores';
 
 const MINUTE = 60_000;
 const START = 1_800_000_000_000 - (1_800_000_000_000 % MINUTE) + 30_000; // half-way through a minute
 
-let client: Redis;
 const fastifyApps: FastifyInstance[] = [];
-onRedis.beforeAll(() => {
-  client = redisClient();
-});
-afterAll(async () => {
-  await Promise.all(fastifyApps.map((app) => app.close()));
-  await client?.quit();
-});
+afterAll(() => Promise.all(fastifyApps.map((app) => app.close())));
 
-const stores = selectStores<[string, () => Store]>([
-  ['RedisStore', () => new RedisStore({ client })],
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-]);
+const stores = storesOfTestFile();
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
 /** Retry-After (s) after 3 requests at START and a 4th at START + 1 s, limit 3 per minute, per algorithm. */

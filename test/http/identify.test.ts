@@ -13,7 +13,7 @@ import type { ExpressRateLimitOptions } from '../../src/express';
 import { RedisStore, rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
 import { ANONYMOUS, byApiKey, byIp, byUser, normalizeIp, type RequestLike, resolveIdentify } from '../../src/http/identify';
-import { redisClient, uniquePrefix } from '../helpers/redis';
+import { keysMatching, redisClient, uniquePrefix } from '../helpers/redis';
 import { captureWarnings } from '../helpers/warnings';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -180,14 +180,7 @@ describe('identifiers over HTTP', () => {
   });
 
   async function keysOf(prefix: string, pattern = `${prefix}:*`): Promise<string[]> {
-    const keys: string[] = [];
-    let cursor = '0';
-    do {
-      const [next, batch] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-      keys.push(...batch);
-      cursor = next;
-    } while (cursor !== '0');
-    return keys.sort();
+    return (await keysMatching(client, pattern)).sort();
   }
 
   describe.each([

@@ -12,7 +12,7 @@ import http from 'node:http';
 import type { Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, uniquePrefix } from '../helpers/redis';
-import { onRedis } from '../helpers/stores';
+import { onRedis, storesOfTestFile } from '../helpers/stores';
 import {
   type App,
   counted,
@@ -20,7 +20,6 @@ import {
   FRAMEWORK_ROWS,
   type Route,
   START,
-  storesOfTestFile,
   type TestOptions,
   type TestResponse,
   unhandledRejectionsDuring,

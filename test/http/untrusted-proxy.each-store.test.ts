@@ -9,7 +9,8 @@
  */
 import { byIp } from '../../src/express';
 import { manualClock, uniquePrefix } from '../helpers/redis';
-import { counted, FRAMEWORK_ROWS, type Framework, type Setup, storesOfTestFile, type TestOptions } from './frameworks';
+import { storesOfTestFile } from '../helpers/stores';
+import { counted, FRAMEWORK_ROWS, type Framework, type Setup, type TestOptions } from './frameworks';
 
 const STORES = storesOfTestFile();
 

@@ -16,13 +16,12 @@ import {
 } from '@opentelemetry/sdk-metrics';
 import express from 'express';
 import Fastify from 'fastify';
-import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { createLimiter, type Decision, MemoryStore, OptionError, RedisStore, type Store } from '../../src';
+import { createLimiter, type Decision, OptionError, type Store } from '../../src';
 import { rateLimit } from '../../src/express';
 import { rateLimitPlugin } from '../../src/fastify';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores } from '../helpers/stores';
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { storesOfTestFile } from '../helpers/stores';
 
 /** A reader the test collects from when it wants (cumulative sums). */
 class TestReader extends MetricReader {
@@ -100,16 +99,7 @@ function byOutcome(sums: Record<string, number>, prefix: string): Record<string,
   return counts;
 }
 
-let client: Redis;
-onRedis.beforeAll(() => {
-  client = redisClient();
-});
-onRedis.afterAll(() => client.quit());
-
-const STORES = selectStores<[string, () => Store]>([
-  ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
-  ['RedisStore', () => new RedisStore({ client })],
-]);
+const STORES = storesOfTestFile();
 
 describe.each(STORES)('on %s', (_storeName, makeStore) => {
   test('Express: the decision counter equals the decisions made, by outcome; store latency once per store call', async () => {

@@ -9,7 +9,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { createLimiter, RedisStore } from '../../../src';
 import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../../src/algorithms';
 import type { AlgorithmName } from '../../../src/algorithms/types';
-import { closeClient, clusterClient, manualClock, REDIS_CLIENTS, type StoreClient, uniquePrefix } from '../../helpers/redis';
+import { closeClient, clusterClient, keysUnder, manualClock, REDIS_CLIENTS, type StoreClient, uniquePrefix } from '../../helpers/redis';
 
 // ioredis' own slot function (a dependency of ioredis, without type declarations).
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -28,20 +28,6 @@ afterAll(() => cluster.quit());
 
 function sha1(text: string): string {
   return createHash('sha1').update(text).digest('hex');
-}
-
-/** Every key under `prefix:` on every master. */
-async function keysUnder(prefix: string): Promise<string[]> {
-  const keys: string[] = [];
-  for (const node of cluster.nodes('master')) {
-    let cursor = '0';
-    do {
-      const [next, batch] = await (node as Redis).scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-      cursor = next;
-      keys.push(...batch);
-    } while (cursor !== '0');
-  }
-  return keys;
 }
 
 describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
@@ -104,7 +90,7 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
         clock.advance(1_500);
         await limiter.check(id, { cost: 2 });
       }
-      const keys = await keysUnder(limiter.prefix);
+      const keys = await keysUnder(cluster, limiter.prefix);
       expect(keys.sort()).toEqual(ids.map((id) => limiter.keyFor(id)).sort());
       const slots = new Set<number>();
       for (const id of ids) {
@@ -125,7 +111,7 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
         expect((await limiter.check(id)).allowed).toBe(true);
       }
       for (const id of ids) expect((await limiter.check(id)).allowed).toBe(false);
-      expect((await keysUnder(limiter.prefix)).sort()).toEqual(ids.map((id) => limiter.keyFor(id)).sort());
+      expect((await keysUnder(cluster, limiter.prefix)).sort()).toEqual(ids.map((id) => limiter.keyFor(id)).sort());
       // 'a{tag}' and 'b{tag}' share a slot (the hash tag) but not a key.
       expect(calculateSlot(limiter.keyFor('a{tag}'))).toBe(calculateSlot(limiter.keyFor('b{tag}')));
       expect(limiter.keyFor('a{tag}')).not.toBe(limiter.keyFor('b{tag}'));

@@ -6,7 +6,7 @@
 import { createLimiter, RedisStore } from '../../../src';
 import { ALGORITHM_NAMES } from '../../../src/algorithms';
 import type { AlgorithmName } from '../../../src/algorithms/types';
-import { expectCounted } from '../../helpers/counts';
+import { expectCounted } from '../../helpers/decisions';
 import { closeClient, REDIS_CLIENTS, type StoreClient, uniquePrefix } from '../../helpers/redis';
 
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
