@@ -11,8 +11,9 @@
 import { performance } from 'node:perf_hooks';
 import { RedisStore } from '../../src';
 import { closeAgent, load, startApp } from '../helpers/http-load';
-import { monitorLoopDelay, watchUnhandledRejections } from '../helpers/process';
-import { disconnect, faultClient, quietClient, RECOMMENDED_CONFIGS, sleep, startFaultRedis, waitReady } from '../helpers/redis-faults';
+import { watchEachTest } from '../helpers/process';
+import { faultRedisOfEachTest, RECOMMENDED_CONFIGS, sleep, waitReady } from '../helpers/redis-faults';
+import { figuresPrintedAfterAll } from '../helpers/report';
 
 const TIMEOUT_MS = 200;
 const BREAKER = { failures: 5, openMs: 100, maxOpenMs: 400 };
@@ -22,11 +23,8 @@ const BREAKER = { failures: 5, openMs: 100, maxOpenMs: 400 };
  */
 const MARGIN_MS = 150;
 
-const figures: string[] = [];
-afterAll(() => {
-  closeAgent();
-  console.log(`Redis asleep for 2 s under load (timeoutMs ${TIMEOUT_MS}, breaker ${JSON.stringify(BREAKER)}):\n${figures.join('\n')}`);
-});
+const figures = figuresPrintedAfterAll(`Redis asleep for 2 s under load (timeoutMs ${TIMEOUT_MS}, breaker ${JSON.stringify(BREAKER)})`);
+afterAll(closeAgent);
 
 function percentile(values: number[], p: number): number {
   const sorted = [...values].sort((a, b) => a - b);
@@ -34,15 +32,13 @@ function percentile(values: number[], p: number): number {
 }
 
 describe.each(RECOMMENDED_CONFIGS)('%s', (configName, config) => {
+  const server = faultRedisOfEachTest(config);
+  const { rejections, loopDelay } = watchEachTest();
   test.each([
     ['on', BREAKER],
     ['off', false],
   ] as const)('breaker %s', async (label, breaker) => {
-    const redis = await startFaultRedis();
-    const client = faultClient(redis.url, config);
-    const admin = quietClient(redis.url, { maxRetriesPerRequest: 0 });
-    const rejections = watchUnhandledRejections();
-    const loopDelay = monitorLoopDelay();
+    const { client, admin } = server;
     const codes = new Set<string>();
     const app = await startApp('express', {
       store: new RedisStore({ client }),
@@ -91,11 +87,6 @@ describe.each(RECOMMENDED_CONFIGS)('%s', (configName, config) => {
       expect(rejections.reasons).toEqual([]);
     } finally {
       await app.close();
-      rejections.stop();
-      loopDelay.stop();
-      disconnect(client);
-      admin.disconnect();
-      await redis.stop();
     }
   });
 });

@@ -14,7 +14,7 @@ import { performance } from 'node:perf_hooks';
 import { Cluster } from 'ioredis';
 import { createLimiter, type Decision, type Limiter, RedisStore, type RedisStoreClient } from '../../src';
 import { type App, closeAgent, get, startApp } from '../helpers/http-load';
-import { monitorLoopDelay, watchUnhandledRejections } from '../helpers/process';
+import { watchEachTest } from '../helpers/process';
 import { nodeRedisMajor } from '../helpers/redis';
 import {
   type ClusterAdmin,
@@ -26,6 +26,7 @@ import {
   startPartialCoverageCluster,
   waitReady,
 } from '../helpers/redis-faults';
+import { figuresPrintedAfterAll } from '../helpers/report';
 
 const TIMEOUT_MS = 200;
 /**
@@ -55,12 +56,31 @@ const CLUSTER_CLIENTS: [string, (startupNodes: { host: string; port: number }[])
 let cluster: RedisCluster;
 let admin: ClusterAdmin;
 let client: RedisStoreClient;
-const figures: string[] = [];
+const figures = figuresPrintedAfterAll(`Redis Cluster (timeoutMs ${TIMEOUT_MS})`);
+afterAll(closeAgent);
 
-afterAll(() => {
-  closeAgent();
-  console.log(`Redis Cluster (timeoutMs ${TIMEOUT_MS}):\n${figures.join('\n')}`);
-});
+/**
+ * A three-master cluster for each test of the calling block (one master may be lost: the others
+ * keep serving), its admin connections, and a store client that `connect` makes; all closed, and
+ * the cluster stopped, after each test.
+ */
+function clusterOfEachTest(connect: (startupNodes: { host: string; port: number }[]) => Promise<RedisStoreClient>): void {
+  beforeEach(async () => {
+    cluster = await startPartialCoverageCluster();
+    admin = await clusterAdmin(cluster);
+    client = await connect(cluster.startupNodes);
+  });
+  afterEach(async () => {
+    disconnect(client);
+    admin.disconnect();
+    await cluster.stop();
+  });
+}
+
+/** A limiter on the test's cluster client: `limit` per hour under `prefix`, every check to Redis (no deny cache). */
+function clusterLimiter(prefix: string, limit: number, timeoutMs: number): Limiter {
+  return createLimiter({ store: new RedisStore({ client }), limit, window: '1h', prefix, denyCacheSize: 0, timeoutMs });
+}
 
 /** `perNode` identifiers whose key `${prefix}:${id}` lives on each master, by port. */
 async function identifiersByNode(prefix: string, perNode: number): Promise<Map<number, string[]>> {
@@ -96,171 +116,120 @@ async function timed(limiter: Limiter, id: string): Promise<{ decision?: Decisio
 }
 
 describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
-  beforeEach(async () => {
-    cluster = await startPartialCoverageCluster();
-    admin = await clusterAdmin(cluster);
-    client = await connect(cluster.startupNodes);
-  });
-  afterEach(async () => {
-    disconnect(client);
-    admin.disconnect();
-    await cluster.stop();
-  });
+  clusterOfEachTest(connect);
+  const { rejections, loopDelay } = watchEachTest();
+
   test('a migrated slot (ASK during the migration, MOVED after it) is followed: decisions continue exactly, counts preserved', async () => {
-    const rejections = watchUnhandledRejections();
-    const loopDelay = monitorLoopDelay();
-    try {
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 10,
-        window: '1h',
-        prefix: 'migrate',
-        denyCacheSize: 0,
-        timeoutMs: 2_000,
-      });
-      const id = 'user-7';
-      const key = limiter.keyFor(id);
-      const slot = await admin.slotOf(key);
-      const from = await admin.ownerOf(slot);
-      const to = admin.nodes.find((node) => node.port !== from)!.port;
-      // Another identifier on the target master, to see it is not disturbed.
-      const [neighbour] = (await identifiersByNode('migrate', 1)).get(to)!;
+    const limiter = clusterLimiter('migrate', 10, 2_000);
+    const id = 'user-7';
+    const key = limiter.keyFor(id);
+    const slot = await admin.slotOf(key);
+    const from = await admin.ownerOf(slot);
+    const to = admin.nodes.find((node) => node.port !== from)!.port;
+    // Another identifier on the target master, to see it is not disturbed.
+    const [neighbour] = (await identifiersByNode('migrate', 1)).get(to)!;
 
-      const decisions: Decision[] = [];
-      for (let i = 0; i < 5; i++) decisions.push(await limiter.check(id));
-      expect((await limiter.check(neighbour)).remaining).toBe(9);
-      let phase = 0;
-      await admin.migrateSlot(slot, from, to, async () => {
-        // 1st call: slot MIGRATING on the source, key still there. 2nd: key moved, source answers ASK.
-        phase++;
-        decisions.push(await limiter.check(id));
-      });
-      expect(phase).toBe(2);
-      expect(await admin.ownerOf(slot)).toBe(to);
-      // The client still maps the slot to the source: the next check is answered MOVED and followed.
-      for (let i = 0; i < 10; i++) decisions.push(await limiter.check(id));
+    const decisions: Decision[] = [];
+    for (let i = 0; i < 5; i++) decisions.push(await limiter.check(id));
+    expect((await limiter.check(neighbour)).remaining).toBe(9);
+    let phase = 0;
+    await admin.migrateSlot(slot, from, to, async () => {
+      // 1st call: slot MIGRATING on the source, key still there. 2nd: key moved, source answers ASK.
+      phase++;
+      decisions.push(await limiter.check(id));
+    });
+    expect(phase).toBe(2);
+    expect(await admin.ownerOf(slot)).toBe(to);
+    // The client still maps the slot to the source: the next check is answered MOVED and followed.
+    for (let i = 0; i < 10; i++) decisions.push(await limiter.check(id));
 
-      expect(decisions.map((decision) => decision.allowed)).toEqual([...new Array(10).fill(true), ...new Array(7).fill(false)]);
-      expect(decisions.map((decision) => decision.remaining)).toEqual([9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
-      // The key lives on the target master now, holding all 10.
-      const target = admin.nodes.find((node) => node.port === to)!.redis;
-      expect(await target.exists(key)).toBe(1);
-      expect((await limiter.peek(id, { cost: 0 })).estimated).toBe(10);
-      expect((await limiter.check(neighbour)).remaining).toBe(8);
-      expect(rejections.reasons).toEqual([]);
-    } finally {
-      rejections.stop();
-      loopDelay.stop();
-    }
+    expect(decisions.map((decision) => decision.allowed)).toEqual([...new Array(10).fill(true), ...new Array(7).fill(false)]);
+    expect(decisions.map((decision) => decision.remaining)).toEqual([9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    // The key lives on the target master now, holding all 10.
+    const target = admin.nodes.find((node) => node.port === to)!.redis;
+    expect(await target.exists(key)).toBe(1);
+    expect((await limiter.peek(id, { cost: 0 })).estimated).toBe(10);
+    expect((await limiter.check(neighbour)).remaining).toBe(8);
+    expect(rejections.reasons).toEqual([]);
   });
 
   test('a batch of one slot through a migration (partly moved: TRYAGAIN; moved: ASK; after: MOVED) answers each of its checks, and counts exactly', async () => {
-    const rejections = watchUnhandledRejections();
-    const loopDelay = monitorLoopDelay();
-    try {
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 100,
-        window: '1h',
-        prefix: 'batch',
-        denyCacheSize: 0,
-        timeoutMs: 3_000,
-      });
-      // Five identifiers under one hash tag: one slot, so the checks of a turn share one batch call.
-      const ids = ['a', 'b', 'c', 'd', 'e'].map((name) => `{team}:${name}`);
-      const keys = ids.map((id) => limiter.keyFor(id));
-      const slot = await admin.slotOf(keys[0]);
-      const source = await admin.ownerOf(slot);
-      const to = admin.nodes.find((node) => node.port !== source)!;
-      const sourceNode = admin.nodes.find((node) => node.port === source)!;
-      const turn = () => oneTurn(limiter, ids);
-      const answers: string[][] = [await turn()];
-      await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceNode.id);
-      await sourceNode.redis.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id);
-      answers.push(await turn()); // every key still on the source: served there
-      await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', keys[0], keys[1]);
-      answers.push(await turn()); // some keys moved: TRYAGAIN, retried by ioredis, or reported on every check of the batch
-      await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', ...keys.slice(2));
-      answers.push(await turn()); // every key moved: ASK, followed to the target
-      for (const node of admin.nodes) await node.redis.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
-      answers.push(await turn()); // the client's map is stale: MOVED, followed
-      // Each turn's checks were answered alike: a batch is one command, redirected or refused as one.
-      for (const answer of answers) expect(new Set(answer).size).toBe(1);
-      const allowedTurns = answers.filter((answer) => answer[0] === 'allowed').length;
-      // The turn while the slot's keys were split: retried by the client until it gave up, and
-      // reported with its code; never counted in part.
-      // (ioredis gives up after following redirections, and names the last reply: TRYAGAIN, or MOVED
-      // when it went on to ask another node.)
-      const refused = answers.map((answer) => answer[0]).filter((answer) => answer !== 'allowed');
-      expect(refused.length).toBe(answers.length - allowedTurns);
-      for (const answer of refused) expect(answer).toMatch(/^SWL_STORE_ERROR (TRYAGAIN|MOVED|ASK)$/);
-      expect(refused.length).toBeLessThanOrEqual(1);
-      expect(allowedTurns).toBeGreaterThanOrEqual(4);
-      // Exactly what was allowed is counted, on the target master.
-      for (const id of ids) expect((await limiter.peek(id, { cost: 0 })).estimated).toBe(allowedTurns);
-      expect(await to.redis.exists(...keys)).toBe(keys.length);
-      expect(rejections.reasons).toEqual([]);
-    } finally {
-      rejections.stop();
-      loopDelay.stop();
-    }
+    const limiter = clusterLimiter('batch', 100, 3_000);
+    // Five identifiers under one hash tag: one slot, so the checks of a turn share one batch call.
+    const ids = ['a', 'b', 'c', 'd', 'e'].map((name) => `{team}:${name}`);
+    const keys = ids.map((id) => limiter.keyFor(id));
+    const slot = await admin.slotOf(keys[0]);
+    const source = await admin.ownerOf(slot);
+    const to = admin.nodes.find((node) => node.port !== source)!;
+    const sourceNode = admin.nodes.find((node) => node.port === source)!;
+    const turn = () => oneTurn(limiter, ids);
+    const answers: string[][] = [await turn()];
+    await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceNode.id);
+    await sourceNode.redis.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id);
+    answers.push(await turn()); // every key still on the source: served there
+    await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', keys[0], keys[1]);
+    answers.push(await turn()); // some keys moved: TRYAGAIN, retried by ioredis, or reported on every check of the batch
+    await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', ...keys.slice(2));
+    answers.push(await turn()); // every key moved: ASK, followed to the target
+    for (const node of admin.nodes) await node.redis.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
+    answers.push(await turn()); // the client's map is stale: MOVED, followed
+    // Each turn's checks were answered alike: a batch is one command, redirected or refused as one.
+    for (const answer of answers) expect(new Set(answer).size).toBe(1);
+    const allowedTurns = answers.filter((answer) => answer[0] === 'allowed').length;
+    // The turn while the slot's keys were split: retried by the client until it gave up, and
+    // reported with its code; never counted in part.
+    // (ioredis gives up after following redirections, and names the last reply: TRYAGAIN, or MOVED
+    // when it went on to ask another node.)
+    const refused = answers.map((answer) => answer[0]).filter((answer) => answer !== 'allowed');
+    expect(refused.length).toBe(answers.length - allowedTurns);
+    for (const answer of refused) expect(answer).toMatch(/^SWL_STORE_ERROR (TRYAGAIN|MOVED|ASK)$/);
+    expect(refused.length).toBeLessThanOrEqual(1);
+    expect(allowedTurns).toBeGreaterThanOrEqual(4);
+    // Exactly what was allowed is counted, on the target master.
+    for (const id of ids) expect((await limiter.peek(id, { cost: 0 })).estimated).toBe(allowedTurns);
+    expect(await to.redis.exists(...keys)).toBe(keys.length);
+    expect(rejections.reasons).toEqual([]);
   });
 
   test('a node batch through a migration of one of its slots: each check served where its key is, none refused, counts exact', async () => {
-    const rejections = watchUnhandledRejections();
-    const loopDelay = monitorLoopDelay();
-    try {
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 100,
-        window: '1h',
-        prefix: 'spread',
-        denyCacheSize: 0,
-        timeoutMs: 3_000,
-      });
-      // Five identifiers in the slot that moves (a hash tag), five in other slots of its master:
-      // the checks of a turn share one node batch, keys of several slots.
-      const moving = ['a', 'b', 'c', 'd', 'e'].map((name) => `{team}:${name}`);
-      const slot = await admin.slotOf(limiter.keyFor(moving[0]));
-      const source = await admin.ownerOf(slot);
-      const staying: string[] = [];
-      for (let i = 0; staying.length < 5; i++) {
-        const keySlot = await admin.slotOf(limiter.keyFor(`user-${i}`));
-        if (keySlot !== slot && (await admin.ownerOf(keySlot)) === source) staying.push(`user-${i}`);
-      }
-      const ids = [...moving, ...staying];
-      const movingKeys = moving.map((id) => limiter.keyFor(id));
-      const to = admin.nodes.find((node) => node.port !== source)!;
-      const sourceNode = admin.nodes.find((node) => node.port === source)!;
-      const turn = () => oneTurn(limiter, ids);
-      const scriptErrors = async () => Number(/total_error_replies:(\d+)/.exec(await sourceNode.redis.info('stats'))?.[1]);
-      const answers: string[][] = [await turn()];
-      await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceNode.id);
-      await sourceNode.redis.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id);
-      answers.push(await turn()); // every key still on the source: the node batch is served there whole
-      const errorsBefore = await scriptErrors();
-      await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', movingKeys[0], movingKeys[1]);
-      // Two keys moved: the source serves the rest, refuses those two in its node batch; sent again, ASK to the target.
-      answers.push(await turn());
-      expect((await scriptErrors()) - errorsBefore).toBeGreaterThanOrEqual(2);
-      await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', ...movingKeys.slice(2));
-      answers.push(await turn()); // every moving key on the target: ASK
-      for (const node of admin.nodes) await node.redis.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
-      answers.push(await turn()); // the client's map is stale: the source refuses, MOVED is followed
-      answers.push(await turn()); // and the map is current again
-      for (const answer of answers) expect(answer).toEqual(ids.map(() => 'allowed'));
-      for (const id of ids) expect([id, (await limiter.peek(id, { cost: 0 })).estimated]).toEqual([id, answers.length]);
-      expect(await to.redis.exists(...movingKeys)).toBe(movingKeys.length);
-      expect(rejections.reasons).toEqual([]);
-    } finally {
-      rejections.stop();
-      loopDelay.stop();
+    const limiter = clusterLimiter('spread', 100, 3_000);
+    // Five identifiers in the slot that moves (a hash tag), five in other slots of its master:
+    // the checks of a turn share one node batch, keys of several slots.
+    const moving = ['a', 'b', 'c', 'd', 'e'].map((name) => `{team}:${name}`);
+    const slot = await admin.slotOf(limiter.keyFor(moving[0]));
+    const source = await admin.ownerOf(slot);
+    const staying: string[] = [];
+    for (let i = 0; staying.length < 5; i++) {
+      const keySlot = await admin.slotOf(limiter.keyFor(`user-${i}`));
+      if (keySlot !== slot && (await admin.ownerOf(keySlot)) === source) staying.push(`user-${i}`);
     }
+    const ids = [...moving, ...staying];
+    const movingKeys = moving.map((id) => limiter.keyFor(id));
+    const to = admin.nodes.find((node) => node.port !== source)!;
+    const sourceNode = admin.nodes.find((node) => node.port === source)!;
+    const turn = () => oneTurn(limiter, ids);
+    const scriptErrors = async () => Number(/total_error_replies:(\d+)/.exec(await sourceNode.redis.info('stats'))?.[1]);
+    const answers: string[][] = [await turn()];
+    await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceNode.id);
+    await sourceNode.redis.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id);
+    answers.push(await turn()); // every key still on the source: the node batch is served there whole
+    const errorsBefore = await scriptErrors();
+    await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', movingKeys[0], movingKeys[1]);
+    // Two keys moved: the source serves the rest, refuses those two in its node batch; sent again, ASK to the target.
+    answers.push(await turn());
+    expect((await scriptErrors()) - errorsBefore).toBeGreaterThanOrEqual(2);
+    await sourceNode.redis.call('MIGRATE', '127.0.0.1', to.port, '', 0, 5_000, 'KEYS', ...movingKeys.slice(2));
+    answers.push(await turn()); // every moving key on the target: ASK
+    for (const node of admin.nodes) await node.redis.call('CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
+    answers.push(await turn()); // the client's map is stale: the source refuses, MOVED is followed
+    answers.push(await turn()); // and the map is current again
+    for (const answer of answers) expect(answer).toEqual(ids.map(() => 'allowed'));
+    for (const id of ids) expect([id, (await limiter.peek(id, { cost: 0 })).estimated]).toEqual([id, answers.length]);
+    expect(await to.redis.exists(...movingKeys)).toBe(movingKeys.length);
+    expect(rejections.reasons).toEqual([]);
   });
 
   test("one master SIGKILLed: the others' identifiers stay exactly limited, the dead one's fail open or closed within timeoutMs", async () => {
-    const rejections = watchUnhandledRejections();
-    const loopDelay = monitorLoopDelay();
     const apps: App[] = [];
     try {
       const store = new RedisStore({ client });
@@ -334,8 +303,6 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
       );
     } finally {
       for (const app of apps) await app.close();
-      rejections.stop();
-      loopDelay.stop();
     }
   });
 });
@@ -349,62 +316,38 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
  */
 describe('node-redis cluster with its defaults (offline queue on)', () => {
   const supported = nodeRedisMajor() >= 6;
-  beforeEach(async () => {
-    cluster = await startPartialCoverageCluster();
-    admin = await clusterAdmin(cluster);
-    // node-redis's defaults but for a fixed 3.5 s reconnection delay and a 20 s command timeout:
-    // a restarted master answers CLUSTERDOWN for its first 2 s or so (it lets the cluster
-    // reconfigure it first), which would reject a queued check and prove nothing; by 3.5 s it
-    // runs what it is sent, and the checks are still queued.
-    client = await nodeRedisCluster(
-      cluster.startupNodes,
-      { socket: { reconnectStrategy: 3_500 } },
-      { commandOptions: { timeout: 20_000 } },
-    );
-  });
-  afterEach(async () => {
-    disconnect(client);
-    admin.disconnect();
-    await cluster.stop();
-  });
+  // node-redis's defaults but for a fixed 3.5 s reconnection delay and a 20 s command timeout:
+  // a restarted master answers CLUSTERDOWN for its first 2 s or so (it lets the cluster
+  // reconfigure it first), which would reject a queued check and prove nothing; by 3.5 s it
+  // runs what it is sent, and the checks are still queued.
+  clusterOfEachTest((startupNodes) =>
+    nodeRedisCluster(startupNodes, { socket: { reconnectStrategy: 3_500 } }, { commandOptions: { timeout: 20_000 } }),
+  );
+  const { rejections } = watchEachTest();
 
   (supported ? test : test.skip)('checks failed while a master is down are not counted when it comes back', async () => {
-    const rejections = watchUnhandledRejections();
-    const loopDelay = monitorLoopDelay();
-    try {
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 5,
-        window: '1h',
-        timeoutMs: TIMEOUT_MS,
-        denyCacheSize: 0,
-        prefix: 'back',
-      });
-      const victim = cluster.nodes[1];
-      const doomed = (await identifiersByNode('back', 3)).get(victim.port)!;
-      for (const id of doomed) expect((await limiter.check(id)).remaining).toBe(4);
-      await victim.kill();
+    const limiter = clusterLimiter('back', 5, TIMEOUT_MS);
+    const victim = cluster.nodes[1];
+    const doomed = (await identifiersByNode('back', 3)).get(victim.port)!;
+    for (const id of doomed) expect((await limiter.check(id)).remaining).toBe(4);
+    await victim.kill();
+    await sleep(100);
+    const failed = await Promise.all(doomed.map((id) => timed(limiter, id)));
+    expect(failed.map((result) => result.error)).toEqual(doomed.map(() => 'RateLimitTimeoutError'));
+    await victim.restart();
+    const deadline = Date.now() + 10_000;
+    let first: Awaited<ReturnType<typeof timed>>;
+    do {
       await sleep(100);
-      const failed = await Promise.all(doomed.map((id) => timed(limiter, id)));
-      expect(failed.map((result) => result.error)).toEqual(doomed.map(() => 'RateLimitTimeoutError'));
-      await victim.restart();
-      const deadline = Date.now() + 10_000;
-      let first: Awaited<ReturnType<typeof timed>>;
-      do {
-        await sleep(100);
-        first = await timed(limiter, doomed[0]);
-      } while (first.decision === undefined && Date.now() < deadline);
-      await sleep(300);
-      // The restarted master lost its data: each key holds this check alone, not the failed ones too.
-      expect(first.decision?.remaining).toBe(4);
-      for (const id of doomed.slice(1)) expect((await limiter.check(id)).remaining).toBe(4);
-      expect(rejections.reasons).toEqual([]);
-      figures.push(
-        `  node-redis defaults, master killed and restarted: ${doomed.length} checks failed at ${failed.map((r) => r.ms.toFixed(0)).join(', ')} ms, none counted after the restart`,
-      );
-    } finally {
-      rejections.stop();
-      loopDelay.stop();
-    }
+      first = await timed(limiter, doomed[0]);
+    } while (first.decision === undefined && Date.now() < deadline);
+    await sleep(300);
+    // The restarted master lost its data: each key holds this check alone, not the failed ones too.
+    expect(first.decision?.remaining).toBe(4);
+    for (const id of doomed.slice(1)) expect((await limiter.check(id)).remaining).toBe(4);
+    expect(rejections.reasons).toEqual([]);
+    figures.push(
+      `  node-redis defaults, master killed and restarted: ${doomed.length} checks failed at ${failed.map((r) => r.ms.toFixed(0)).join(', ')} ms, none counted after the restart`,
+    );
   });
 });

@@ -10,33 +10,21 @@
  */
 import { RedisStore } from '../../src';
 import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
-import { watchUnhandledRejections } from '../helpers/process';
-import {
-  disconnect,
-  faultClient,
-  quietClient,
-  RECOMMENDED_CONFIGS,
-  sleep,
-  slidingWindowCount,
-  startFaultRedis,
-  waitFor,
-  waitReady,
-} from '../helpers/redis-faults';
+import { watchEachTest } from '../helpers/process';
+import { faultRedisOfEachTest, RECOMMENDED_CONFIGS, sleep, slidingWindowCount, waitFor, waitReady } from '../helpers/redis-faults';
 
 afterAll(closeAgent);
 
 describe.each(RECOMMENDED_CONFIGS)('%s', (_name, config) => {
+  const server = faultRedisOfEachTest(config);
+  const { rejections } = watchEachTest();
   test.each([
     ['closed', 503, 0],
     ['open', 200, 40],
   ] as const)(
     'failMode %s: checks that timed out against a sleeping Redis and were counted late: %s, %s stay counted',
     async (failMode, status, kept) => {
-      const redis = await startFaultRedis();
-      const client = faultClient(redis.url, config);
-      const admin = quietClient(redis.url, { maxRetriesPerRequest: 0 });
-      const inspect = quietClient(redis.url);
-      const rejections = watchUnhandledRejections();
+      const { client, admin, inspect } = server;
       const app = await startApp('express', {
         store: new RedisStore({ client }),
         limit: 100,
@@ -63,24 +51,18 @@ describe.each(RECOMMENDED_CONFIGS)('%s', (_name, config) => {
         expect(rejections.reasons).toEqual([]);
       } finally {
         await app.close();
-        rejections.stop();
-        disconnect(client);
-        admin.disconnect();
-        inspect.disconnect();
-        await redis.stop();
       }
     },
   );
 });
 
 describe.each(FRAMEWORKS)('%s, failMode local', (framework) => {
-  test.each(RECOMMENDED_CONFIGS)(
-    '%s: a local limit while Redis is down, Redis again once back, local counts dropped',
-    async (_name, config) => {
-      const redis = await startFaultRedis();
-      const client = faultClient(redis.url, config);
-      const inspect = quietClient(redis.url);
-      const rejections = watchUnhandledRejections();
+  // '%s:' and the test's name make the name each test had as a row of test.each.
+  describe.each(RECOMMENDED_CONFIGS)('%s:', (_name, config) => {
+    const server = faultRedisOfEachTest(config);
+    const { rejections } = watchEachTest();
+    test('a local limit while Redis is down, Redis again once back, local counts dropped', async () => {
+      const { redis, client, inspect } = server;
       const errors: string[] = [];
       const app = await startApp(framework, {
         store: new RedisStore({ client }),
@@ -133,11 +115,7 @@ describe.each(FRAMEWORKS)('%s, failMode local', (framework) => {
         expect(rejections.reasons).toEqual([]);
       } finally {
         await app.close();
-        rejections.stop();
-        disconnect(client);
-        inspect.disconnect();
-        await redis.stop();
       }
-    },
-  );
+    });
+  });
 });

@@ -9,26 +9,16 @@ import { createLimiter, RedisStore } from '../../src';
 import {
   disconnect,
   faultClient,
+  faultServersOfEachTest,
   quietClient,
   RECOMMENDED_CONFIGS,
-  type RedisProcess,
-  startFaultRedis,
   waitFor,
   waitReady,
 } from '../helpers/redis-faults';
 import { captureWarnings } from '../helpers/warnings';
 
 const warnings = captureWarnings();
-const servers: RedisProcess[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((server) => server.stop()));
-});
-
-async function server(args: string[]): Promise<RedisProcess> {
-  const started = await startFaultRedis(args);
-  servers.push(started);
-  return started;
-}
+const server = faultServersOfEachTest();
 
 const evictionWarnings = () => warnings.list.filter((warning) => warning.code === 'SWL_EVICTING_MEMORY');
 

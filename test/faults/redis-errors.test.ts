@@ -13,25 +13,15 @@ import {
   type ClientConfig,
   disconnect,
   faultClient,
+  faultServersOfEachTest,
   quietClient,
   RECOMMENDED_CONFIGS,
-  type RedisProcess,
   sleep,
-  startFaultRedis,
   waitReady,
 } from '../helpers/redis-faults';
 
-const servers: RedisProcess[] = [];
+const server = faultServersOfEachTest();
 afterAll(closeAgent);
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((server) => server.stop()));
-});
-
-async function server(extraArgs: string[] = []): Promise<RedisProcess> {
-  const started = await startFaultRedis(extraArgs);
-  servers.push(started);
-  return started;
-}
 
 function limiterOn(client: ReturnType<typeof faultClient>): Limiter {
   return createLimiter({ store: new RedisStore({ client }), limit: 10, window: '1m', timeoutMs: 1_000, denyCacheSize: 0 });

@@ -19,17 +19,9 @@
 import { performance } from 'node:perf_hooks';
 import { createLimiter, RedisStore } from '../../src';
 import { closeAgent, FRAMEWORKS, get, load, type Sample, startApp } from '../helpers/http-load';
-import { monitorLoopDelay, watchUnhandledRejections } from '../helpers/process';
-import {
-  CLIENT_CONFIGS,
-  disconnect,
-  faultClient,
-  quietClient,
-  sleep,
-  slidingWindowCount,
-  startFaultRedis,
-  waitReady,
-} from '../helpers/redis-faults';
+import { watchEachTest } from '../helpers/process';
+import { CLIENT_CONFIGS, faultRedisOfEachTest, sleep, slidingWindowCount, waitReady } from '../helpers/redis-faults';
+import { figuresPrintedAfterAll } from '../helpers/report';
 
 const TIMEOUT_MS = 200;
 /**
@@ -41,11 +33,8 @@ const LIMIT = 50;
 const CONCURRENCY = 20;
 const PROBES = 10;
 
-const figures: string[] = [];
-afterAll(() => {
-  closeAgent();
-  console.log(`Redis killed under load (timeoutMs ${TIMEOUT_MS}):\n${figures.join('\n')}`);
-});
+const figures = figuresPrintedAfterAll(`Redis killed under load (timeoutMs ${TIMEOUT_MS})`);
+afterAll(closeAgent);
 
 type FailMode = 'open' | 'closed';
 
@@ -55,16 +44,13 @@ function failed(sample: Sample, failMode: FailMode): boolean {
 }
 
 describe.each(CLIENT_CONFIGS)('Redis SIGKILLed and restarted under load, client: %s', (configName, clientConfig) => {
+  const server = faultRedisOfEachTest(clientConfig);
+  const { rejections, loopDelay } = watchEachTest();
   describe.each(FRAMEWORKS)('%s', (framework) => {
     test.each<FailMode>(['open', 'closed'])(
       'failMode %s: all answered within timeoutMs, nothing reported failed is counted, limiting resumes',
       async (failMode) => {
-        const redis = await startFaultRedis();
-        const client = faultClient(redis.url, clientConfig);
-        const admin = quietClient(redis.url, { maxRetriesPerRequest: 0 });
-        const inspect = quietClient(redis.url);
-        const rejections = watchUnhandledRejections();
-        const loopDelay = monitorLoopDelay();
+        const { redis, client, admin, inspect } = server;
         const errors: string[] = [];
         const prefix = `outage-${framework}-${failMode}`;
         let app: Awaited<ReturnType<typeof startApp>> | undefined;
@@ -161,12 +147,6 @@ describe.each(CLIENT_CONFIGS)('Redis SIGKILLed and restarted under load, client:
           traffic?.stop();
           await traffic?.done.catch(() => undefined);
           await app?.close();
-          rejections.stop();
-          loopDelay.stop();
-          disconnect(client);
-          admin.disconnect();
-          inspect.disconnect();
-          await redis.stop();
         }
       },
     );
@@ -174,68 +154,56 @@ describe.each(CLIENT_CONFIGS)('Redis SIGKILLed and restarted under load, client:
 });
 
 describe.each(CLIENT_CONFIGS)('limiter on a client: %s: Redis killed and restarted at once', (_configName, clientConfig) => {
+  const server = faultRedisOfEachTest(clientConfig);
+  const { rejections } = watchEachTest();
   test('checks stuck in the killed Redis fail at once or at timeoutMs and are never counted, even when the client reconnects at once', async () => {
-    const redis = await startFaultRedis();
-    const client = faultClient(redis.url, clientConfig);
-    const admin = quietClient(redis.url, { maxRetriesPerRequest: 0 });
-    const inspect = quietClient(redis.url);
-    const rejections = watchUnhandledRejections();
-    const loopDelay = monitorLoopDelay();
-    try {
-      await waitReady(client);
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 100,
-        window: '1h',
-        timeoutMs: TIMEOUT_MS,
-        denyCacheSize: 0,
-        prefix: 'quick',
-        // Its ten timeouts would open the breaker, which would then answer the checks this test watches.
-        breaker: false,
-      });
-      expect((await limiter.check('warm-up')).allowed).toBe(true);
+    const { redis, client, admin, inspect } = server;
+    await waitReady(client);
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 100,
+      window: '1h',
+      timeoutMs: TIMEOUT_MS,
+      denyCacheSize: 0,
+      prefix: 'quick',
+      // Its ten timeouts would open the breaker, which would then answer the checks this test watches.
+      breaker: false,
+    });
+    expect((await limiter.check('warm-up')).allowed).toBe(true);
 
-      admin.call('DEBUG', 'SLEEP', '3').catch(() => undefined);
-      await sleep(50);
-      // Reported failed at timeoutMs while Redis sleeps...
-      const timedOut = await Promise.allSettled(Array.from({ length: 10 }, () => limiter.check('timed-out')));
-      expect(timedOut.map((result) => result.status === 'rejected' && (result.reason as Error).name)).toEqual(
-        new Array(10).fill('RateLimitTimeoutError'),
-      );
-      // ...and one still waiting when Redis dies: it fails as soon as the connection closes.
-      const pendingStarted = performance.now();
-      const pending = limiter.check('pending').then(
-        () => ({ name: 'allowed', ms: performance.now() - pendingStarted }),
-        (error: Error) => ({ name: error.name, ms: performance.now() - pendingStarted }),
-      );
-      await sleep(50);
-      await redis.kill();
-      // Back before ioredis' first reconnection attempt (50 ms): the case where it resends.
-      // node-redis never resends a written command: it rejects it when the connection drops.
-      await redis.restart();
-      await waitReady(client);
-      await sleep(300);
+    admin.call('DEBUG', 'SLEEP', '3').catch(() => undefined);
+    await sleep(50);
+    // Reported failed at timeoutMs while Redis sleeps...
+    const timedOut = await Promise.allSettled(Array.from({ length: 10 }, () => limiter.check('timed-out')));
+    expect(timedOut.map((result) => result.status === 'rejected' && (result.reason as Error).name)).toEqual(
+      new Array(10).fill('RateLimitTimeoutError'),
+    );
+    // ...and one still waiting when Redis dies: it fails as soon as the connection closes.
+    const pendingStarted = performance.now();
+    const pending = limiter.check('pending').then(
+      () => ({ name: 'allowed', ms: performance.now() - pendingStarted }),
+      (error: Error) => ({ name: error.name, ms: performance.now() - pendingStarted }),
+    );
+    await sleep(50);
+    await redis.kill();
+    // Back before ioredis' first reconnection attempt (50 ms): the case where it resends.
+    // node-redis never resends a written command: it rejects it when the connection drops.
+    await redis.restart();
+    await waitReady(client);
+    await sleep(300);
 
-      const failedPending = await pending;
-      // StoreUnavailableError from the store; through auto-pipelining, ioredis' own
-      // "Stream isn't writeable" when the pipeline is flushed onto the closed connection;
-      // node-redis' own "Socket closed unexpectedly".
-      expect(failedPending.name).not.toBe('allowed');
-      expect(failedPending.ms).toBeLessThan(TIMEOUT_MS);
-      expect(await slidingWindowCount(inspect, 'quick:timed-out')).toBe(0);
-      expect(await slidingWindowCount(inspect, 'quick:pending')).toBe(0);
-      // The restarted Redis counts from zero, and counts again.
-      const next = await limiter.check('timed-out');
-      expect(next.allowed).toBe(true);
-      expect(next.remaining).toBe(99);
-      expect(rejections.reasons).toEqual([]);
-    } finally {
-      rejections.stop();
-      loopDelay.stop();
-      disconnect(client);
-      admin.disconnect();
-      inspect.disconnect();
-      await redis.stop();
-    }
+    const failedPending = await pending;
+    // StoreUnavailableError from the store; through auto-pipelining, ioredis' own
+    // "Stream isn't writeable" when the pipeline is flushed onto the closed connection;
+    // node-redis' own "Socket closed unexpectedly".
+    expect(failedPending.name).not.toBe('allowed');
+    expect(failedPending.ms).toBeLessThan(TIMEOUT_MS);
+    expect(await slidingWindowCount(inspect, 'quick:timed-out')).toBe(0);
+    expect(await slidingWindowCount(inspect, 'quick:pending')).toBe(0);
+    // The restarted Redis counts from zero, and counts again.
+    const next = await limiter.check('timed-out');
+    expect(next.allowed).toBe(true);
+    expect(next.remaining).toBe(99);
+    expect(rejections.reasons).toEqual([]);
   });
 });

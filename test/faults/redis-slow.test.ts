@@ -8,18 +8,9 @@
 import { performance } from 'node:perf_hooks';
 import { createLimiter, RedisStore } from '../../src';
 import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
-import { monitorLoopDelay, watchUnhandledRejections } from '../helpers/process';
-import {
-  CLIENT_CONFIGS,
-  disconnect,
-  faultClient,
-  quietClient,
-  RECOMMENDED_CONFIGS,
-  type RedisProcess,
-  sleep,
-  startFaultRedis,
-  waitReady,
-} from '../helpers/redis-faults';
+import { watchEachTest } from '../helpers/process';
+import { CLIENT_CONFIGS, faultClientsOfEachTest, faultRedisOfTestFile, RECOMMENDED_CONFIGS, sleep } from '../helpers/redis-faults';
+import { figuresPrintedAfterAll } from '../helpers/report';
 
 const TIMEOUT_MS = 200;
 /**
@@ -28,25 +19,15 @@ const TIMEOUT_MS = 200;
  */
 const MARGIN_MS = 150;
 
-let redis: RedisProcess;
-let admin: ReturnType<typeof quietClient>;
-const figures: string[] = [];
-
-beforeAll(async () => {
-  redis = await startFaultRedis();
-  admin = quietClient(redis.url);
-  await waitReady(admin);
-});
-afterAll(async () => {
-  closeAgent();
-  admin.disconnect();
-  await redis.stop();
-  console.log(`Redis sleeping 1 s (timeoutMs ${TIMEOUT_MS}):\n${figures.join('\n')}`);
-});
+const server = faultRedisOfTestFile();
+const figures = figuresPrintedAfterAll(`Redis sleeping 1 s (timeoutMs ${TIMEOUT_MS})`);
+afterAll(closeAgent);
+const readyClient = faultClientsOfEachTest(() => server.redis.url);
+const { rejections, loopDelay } = watchEachTest();
 
 /** Blocks Redis for a second; `awake` resolves when it answers again. */
 async function sleepRedis(): Promise<{ awake: Promise<unknown> }> {
-  const awake = admin.call('DEBUG', 'SLEEP', '1');
+  const awake = server.admin.call('DEBUG', 'SLEEP', '1');
   // Let the DEBUG reach Redis before anything else does.
   await sleep(20);
   return { awake };
@@ -54,50 +35,41 @@ async function sleepRedis(): Promise<{ awake: Promise<unknown> }> {
 
 describe.each(CLIENT_CONFIGS)('limiter on a client: %s', (configName, clientConfig) => {
   test('every check started while Redis sleeps rejects with RateLimitTimeoutError at timeoutMs', async () => {
-    const client = faultClient(redis.url, clientConfig);
-    const rejections = watchUnhandledRejections();
-    const loopDelay = monitorLoopDelay();
-    try {
-      await waitReady(client);
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 1000,
-        window: '1m',
-        timeoutMs: TIMEOUT_MS,
-        prefix: `slow-${configName.split(' ').slice(0, 2).join('-')}`,
-      });
-      expect((await limiter.check('a')).allowed).toBe(true);
-      const { awake } = await sleepRedis();
-      const outcomes = await Promise.all(
-        Array.from({ length: 50 }, (_, i) => {
-          const started = performance.now();
-          return limiter.check(`id-${i % 5}`).then(
-            () => ({ name: 'answered', ms: performance.now() - started }),
-            (error: Error) => ({ name: error.name, ms: performance.now() - started }),
-          );
-        }),
-      );
-      expect(new Set(outcomes.map((outcome) => outcome.name))).toEqual(new Set(['RateLimitTimeoutError']));
-      const times = outcomes.map((outcome) => outcome.ms);
-      // Node timers may fire up to a millisecond early.
-      expect(Math.min(...times)).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
-      expect(Math.max(...times)).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS + loopDelay.maxMs());
-      await awake;
-      expect((await limiter.check('a')).allowed).toBe(true);
-      expect(rejections.reasons).toEqual([]);
-      // Not asserted, reported: a check already written to Redis cannot be taken back, so
-      // the ones that timed out still run (and count) when Redis wakes up.
-      let countedLate = 0;
-      for (let i = 0; i < 5; i++) countedLate += (await limiter.peek(`id-${i}`, { cost: 0 })).estimated;
-      figures.push(
-        `  limiter, ${configName}: 50 checks timed out after ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms; ` +
-          `${countedLate} of them counted when Redis woke up`,
-      );
-    } finally {
-      rejections.stop();
-      loopDelay.stop();
-      disconnect(client);
-    }
+    const client = await readyClient(clientConfig);
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 1000,
+      window: '1m',
+      timeoutMs: TIMEOUT_MS,
+      prefix: `slow-${configName.split(' ').slice(0, 2).join('-')}`,
+    });
+    expect((await limiter.check('a')).allowed).toBe(true);
+    const { awake } = await sleepRedis();
+    const outcomes = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => {
+        const started = performance.now();
+        return limiter.check(`id-${i % 5}`).then(
+          () => ({ name: 'answered', ms: performance.now() - started }),
+          (error: Error) => ({ name: error.name, ms: performance.now() - started }),
+        );
+      }),
+    );
+    expect(new Set(outcomes.map((outcome) => outcome.name))).toEqual(new Set(['RateLimitTimeoutError']));
+    const times = outcomes.map((outcome) => outcome.ms);
+    // Node timers may fire up to a millisecond early.
+    expect(Math.min(...times)).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
+    expect(Math.max(...times)).toBeLessThanOrEqual(TIMEOUT_MS + MARGIN_MS + loopDelay.maxMs());
+    await awake;
+    expect((await limiter.check('a')).allowed).toBe(true);
+    expect(rejections.reasons).toEqual([]);
+    // Not asserted, reported: a check already written to Redis cannot be taken back, so
+    // the ones that timed out still run (and count) when Redis wakes up.
+    let countedLate = 0;
+    for (let i = 0; i < 5; i++) countedLate += (await limiter.peek(`id-${i}`, { cost: 0 })).estimated;
+    figures.push(
+      `  limiter, ${configName}: 50 checks timed out after ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms; ` +
+        `${countedLate} of them counted when Redis woke up`,
+    );
   });
 });
 
@@ -106,28 +78,24 @@ describe.each(RECOMMENDED_CONFIGS)('client: %s', (configName, clientConfig) => {
     test.each(['open', 'closed'] as const)(
       'failMode %s: requests during the sleep are answered at timeoutMs as configured',
       async (failMode) => {
-        const client = faultClient(redis.url, clientConfig);
-        const rejections = watchUnhandledRejections();
-        const loopDelay = monitorLoopDelay();
+        const client = await readyClient(clientConfig);
         const errors: string[] = [];
-        let app: Awaited<ReturnType<typeof startApp>> | undefined;
+        const app = await startApp(framework, {
+          store: new RedisStore({ client }),
+          limit: 1000,
+          window: '1m',
+          timeoutMs: TIMEOUT_MS,
+          failMode,
+          prefix: `slow-${clientConfig.library}-${framework}-${failMode}`,
+          identify: (request) => request.headers['x-id'] as string | undefined,
+          onError: (error) => errors.push((error as Error).name),
+        });
         try {
-          await waitReady(client);
-          app = await startApp(framework, {
-            store: new RedisStore({ client }),
-            limit: 1000,
-            window: '1m',
-            timeoutMs: TIMEOUT_MS,
-            failMode,
-            prefix: `slow-${clientConfig.library}-${framework}-${failMode}`,
-            identify: (request) => request.headers['x-id'] as string | undefined,
-            onError: (error) => errors.push((error as Error).name),
-          });
           const before = await get(app.port, { 'x-id': 'a' });
           expect(before).toMatchObject({ status: 200, limited: true });
 
           const { awake } = await sleepRedis();
-          const during = await Promise.all(Array.from({ length: 20 }, (_, i) => get(app!.port, { 'x-id': `id-${i}` })));
+          const during = await Promise.all(Array.from({ length: 20 }, (_, i) => get(app.port, { 'x-id': `id-${i}` })));
           for (const sample of during) {
             expect({ status: sample.status, limited: sample.limited }).toEqual({ status: failMode === 'open' ? 200 : 503, limited: false });
           }
@@ -144,10 +112,7 @@ describe.each(RECOMMENDED_CONFIGS)('client: %s', (configName, clientConfig) => {
             `  ${framework}, ${configName}, failMode ${failMode}: 20 requests answered ${failMode === 'open' ? '200' : '503'} after ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms`,
           );
         } finally {
-          await app?.close();
-          rejections.stop();
-          loopDelay.stop();
-          disconnect(client);
+          await app.close();
         }
       },
     );

@@ -9,96 +9,79 @@
  * was down lands in the restarted server: its count equals exactly the checks it allowed.
  */
 import { createLimiter, RedisStore } from '../../src';
-import { watchUnhandledRejections } from '../helpers/process';
-import {
-  CLIENT_CONFIGS,
-  disconnect,
-  faultClient,
-  quietClient,
-  sleep,
-  slidingWindowCount,
-  startFaultRedis,
-  waitReady,
-} from '../helpers/redis-faults';
+import { watchEachTest } from '../helpers/process';
+import { CLIENT_CONFIGS, faultRedisOfEachTest, sleep, slidingWindowCount, waitReady } from '../helpers/redis-faults';
+import { figuresPrintedAfterAll } from '../helpers/report';
 
 const KILLS = 2;
 const PER_TURN = 3;
 
-const figures: string[] = [];
-afterAll(() => console.log(`Steady load, Redis killed and restarted empty ${KILLS} times:\n${figures.join('\n')}`));
+const figures = figuresPrintedAfterAll(`Steady load, Redis killed and restarted empty ${KILLS} times`);
 
 describe.each(CLIENT_CONFIGS)('client: %s', (configName, clientConfig) => {
+  const server = faultRedisOfEachTest(clientConfig);
+  const { rejections } = watchEachTest();
   test('every failure is coded, and the restarted Redis counts exactly what it allowed', async () => {
-    const redis = await startFaultRedis();
-    const client = faultClient(redis.url, clientConfig);
-    const inspect = quietClient(redis.url);
-    const rejections = watchUnhandledRejections();
+    const { redis, client, inspect } = server;
     const codes = new Map<string, number>();
     const uncoded: unknown[] = [];
     const replayed: number[] = [];
-    try {
+    await waitReady(client);
+    const limiter = createLimiter({
+      store: new RedisStore({ client }),
+      limit: 1_000_000,
+      window: '1h',
+      timeoutMs: 200,
+      denyCacheSize: 0,
+      prefix: 'replay',
+      // Every check goes to the client, as without a breaker: the replay is what is measured.
+      breaker: false,
+    });
+    for (let kill = 0; kill < KILLS; kill++) {
+      const key = `round-${kill}`;
+      let running = true;
+      let killedAt = Infinity;
+      let allowedAfterKill = 0;
+      const pending = new Set<Promise<void>>();
+      const turn = (): void => {
+        if (!running) return;
+        for (let i = 0; i < PER_TURN; i++) {
+          const check = limiter.check(key).then(
+            (decision) => {
+              // Decided by the restarted server (its TIME is this machine's clock).
+              if (decision.allowed && decision.now > killedAt) allowedAfterKill++;
+            },
+            (error: unknown) => {
+              const code = (error as { code?: unknown }).code;
+              if (code !== 'SWL_STORE_UNAVAILABLE' && code !== 'SWL_TIMEOUT') uncoded.push(error);
+              codes.set(String(code), (codes.get(String(code)) ?? 0) + 1);
+            },
+          );
+          pending.add(check);
+          check.then(() => pending.delete(check));
+        }
+        setImmediate(turn);
+      };
+      turn();
+      await sleep(300);
+      await redis.kill();
+      killedAt = Date.now();
+      await sleep(400);
+      await redis.restart();
       await waitReady(client);
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 1_000_000,
-        window: '1h',
-        timeoutMs: 200,
-        denyCacheSize: 0,
-        prefix: 'replay',
-        // Every check goes to the client, as without a breaker: the replay is what is measured.
-        breaker: false,
-      });
-      for (let kill = 0; kill < KILLS; kill++) {
-        const key = `round-${kill}`;
-        let running = true;
-        let killedAt = Infinity;
-        let allowedAfterKill = 0;
-        const pending = new Set<Promise<void>>();
-        const turn = (): void => {
-          if (!running) return;
-          for (let i = 0; i < PER_TURN; i++) {
-            const check = limiter.check(key).then(
-              (decision) => {
-                // Decided by the restarted server (its TIME is this machine's clock).
-                if (decision.allowed && decision.now > killedAt) allowedAfterKill++;
-              },
-              (error: unknown) => {
-                const code = (error as { code?: unknown }).code;
-                if (code !== 'SWL_STORE_UNAVAILABLE' && code !== 'SWL_TIMEOUT') uncoded.push(error);
-                codes.set(String(code), (codes.get(String(code)) ?? 0) + 1);
-              },
-            );
-            pending.add(check);
-            check.then(() => pending.delete(check));
-          }
-          setImmediate(turn);
-        };
-        turn();
-        await sleep(300);
-        await redis.kill();
-        killedAt = Date.now();
-        await sleep(400);
-        await redis.restart();
-        await waitReady(client);
-        await sleep(150);
-        running = false;
-        await Promise.all(pending);
-        // Whatever a client would send on reconnecting has been sent by now.
-        await sleep(300);
-        const counted = await slidingWindowCount(inspect, `replay:${key}`);
-        expect(allowedAfterKill).toBeGreaterThan(0);
-        replayed.push(counted - allowedAfterKill);
-      }
-      expect(uncoded).toEqual([]);
-      expect(codes.get('SWL_STORE_UNAVAILABLE')).toBeGreaterThan(0);
-      expect(replayed).toEqual(new Array(KILLS).fill(0));
-      expect(rejections.reasons).toEqual([]);
-      figures.push(`  ${configName}: failures ${JSON.stringify(Object.fromEntries(codes))}, replayed per kill ${replayed.join(', ')}`);
-    } finally {
-      rejections.stop();
-      disconnect(client);
-      inspect.disconnect();
-      await redis.stop();
+      await sleep(150);
+      running = false;
+      await Promise.all(pending);
+      // Whatever a client would send on reconnecting has been sent by now.
+      await sleep(300);
+      const counted = await slidingWindowCount(inspect, `replay:${key}`);
+      expect(allowedAfterKill).toBeGreaterThan(0);
+      replayed.push(counted - allowedAfterKill);
     }
+    expect(uncoded).toEqual([]);
+    expect(codes.get('SWL_STORE_UNAVAILABLE')).toBeGreaterThan(0);
+    expect(replayed).toEqual(new Array(KILLS).fill(0));
+    expect(rejections.reasons).toEqual([]);
+    figures.push(`  ${configName}: failures ${JSON.stringify(Object.fromEntries(codes))}, replayed per kill ${replayed.join(', ')}`);
   });
 });

@@ -15,17 +15,15 @@ import { createLimiter, RedisStore, type RedisStoreClient } from '../../src';
 import { DEFAULT_BREAKER_MAX_OPEN_MS } from '../../src/core/breaker';
 import { type RedisSentinelGroup, startSentinelGroup } from '../../support/redis-server';
 import { closeAgent, load, startApp } from '../helpers/http-load';
-import { monitorLoopDelay, watchUnhandledRejections } from '../helpers/process';
+import { watchEachTest } from '../helpers/process';
 import { disconnect, sleep, slidingWindowCount, waitFor } from '../helpers/redis-faults';
+import { figuresPrintedAfterAll } from '../helpers/report';
 
 const TIMEOUT_MS = 250;
 const MARGIN_MS = 250;
 
-const figures: string[] = [];
-afterAll(() => {
-  closeAgent();
-  console.log(`Sentinel failover under load (timeoutMs ${TIMEOUT_MS}):\n${figures.join('\n')}`);
-});
+const figures = figuresPrintedAfterAll(`Sentinel failover under load (timeoutMs ${TIMEOUT_MS})`);
+afterAll(closeAgent);
 
 const LIBRARIES: [string, (group: RedisSentinelGroup) => Promise<RedisStoreClient>][] = [
   [
@@ -54,11 +52,20 @@ const LIBRARIES: [string, (group: RedisSentinelGroup) => Promise<RedisStoreClien
 ];
 
 describe.each(LIBRARIES)('%s', (library, connect) => {
+  let group: RedisSentinelGroup;
+  let client: RedisStoreClient;
+  beforeEach(async () => {
+    group = await startSentinelGroup();
+    client = await connect(group);
+  });
+  afterEach(async () => {
+    if ('getMasterNode' in client) (client as unknown as { destroy(): void }).destroy();
+    else disconnect(client);
+    await group.stop();
+  });
+  const { rejections, loopDelay } = watchEachTest();
+
   test('master SIGKILLed under load: all answered in time, no READONLY, limiting resumes, exact on the new master', async () => {
-    const group = await startSentinelGroup();
-    const client = await connect(group);
-    const rejections = watchUnhandledRejections();
-    const loopDelay = monitorLoopDelay();
     const codes = new Map<string, number>();
     const app = await startApp('express', {
       store: new RedisStore({ client }),
@@ -140,12 +147,7 @@ describe.each(LIBRARIES)('%s', (library, connect) => {
       );
     } finally {
       await app.close();
-      rejections.stop();
-      loopDelay.stop();
       inspect?.disconnect();
-      if ('getMasterNode' in client) (client as unknown as { destroy(): void }).destroy();
-      else disconnect(client);
-      await group.stop();
     }
   });
 });

@@ -48,6 +48,36 @@ export function monitorLoopDelay(): LoopDelayMonitor {
   };
 }
 
+/**
+ * Unhandled rejections and event-loop delay, watched during each test of the calling block: call
+ * it in a `describe` (or at the top of a file) after the hooks that set a test up, so that the
+ * watch starts with the test's body and stops after it. `rejections.reasons` and
+ * `loopDelay.maxMs()` are those of the current test.
+ */
+export function watchEachTest(): {
+  readonly rejections: { readonly reasons: unknown[] };
+  readonly loopDelay: Pick<LoopDelayMonitor, 'maxMs'>;
+} {
+  let rejections: ReturnType<typeof watchUnhandledRejections> | undefined;
+  let loopDelay: LoopDelayMonitor | undefined;
+  beforeEach(() => {
+    rejections = watchUnhandledRejections();
+    loopDelay = monitorLoopDelay();
+  });
+  afterEach(() => {
+    rejections?.stop();
+    loopDelay?.stop();
+  });
+  return {
+    rejections: {
+      get reasons() {
+        return rejections!.reasons;
+      },
+    },
+    loopDelay: { maxMs: () => loopDelay!.maxMs() },
+  };
+}
+
 /** Samples `heapUsed` every `everyMs` and keeps the peak. */
 export function sampleHeap(everyMs = 1_000): { samples: number[]; peak(): number; stop(): void } {
   const samples: number[] = [process.memoryUsage().heapUsed];

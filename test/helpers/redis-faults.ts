@@ -14,6 +14,122 @@ export function startFaultRedis(extraArgs: string[] = []): Promise<RedisProcess>
   return startRedis(['--enable-debug-command', 'yes', ...extraArgs]);
 }
 
+/**
+ * One fault server for the whole calling test file, started before its tests and stopped after
+ * them, with an admin client for what the tests do to it (`DEBUG SLEEP`, `SCRIPT FLUSH`).
+ */
+export function faultRedisOfTestFile(): { readonly redis: RedisProcess; readonly admin: QuietClient } {
+  let redis: RedisProcess | undefined;
+  let admin: QuietClient | undefined;
+  beforeAll(async () => {
+    redis = await startFaultRedis();
+    admin = quietClient(redis.url);
+    await waitReady(admin);
+  });
+  afterAll(async () => {
+    admin?.disconnect();
+    await redis?.stop();
+  });
+  return {
+    get redis() {
+      return redis!;
+    },
+    get admin() {
+      return admin!;
+    },
+  };
+}
+
+/**
+ * Fault servers for the current test: the function starts one (with `extraArgs` for
+ * redis-server), and every server it started is stopped after each test.
+ */
+export function faultServersOfEachTest(): (extraArgs?: string[]) => Promise<RedisProcess> {
+  const servers: RedisProcess[] = [];
+  afterEach(async () => {
+    await Promise.all(servers.splice(0).map((server) => server.stop()));
+  });
+  return async (extraArgs = []) => {
+    const started = await startFaultRedis(extraArgs);
+    servers.push(started);
+    return started;
+  };
+}
+
+/**
+ * Store clients for the current test, of the server at `url()`: the function makes one as
+ * `config` says and waits until it is ready; every client it made is closed after each test.
+ */
+export function faultClientsOfEachTest(url: () => string): (config: ClientConfig) => Promise<FaultClient> {
+  const clients: FaultClient[] = [];
+  afterEach(() => {
+    for (const client of clients.splice(0)) disconnect(client);
+  });
+  return async (config) => {
+    const client = faultClient(url(), config);
+    clients.push(client);
+    await waitReady(client);
+    return client;
+  };
+}
+
+/** What {@link faultRedisOfEachTest} gives the current test. */
+export interface FaultRedisOfTest {
+  /** The test's own server, to kill and restart. */
+  readonly redis: RedisProcess;
+  /** The store client under test, made as the block's configuration says (not waited for). */
+  readonly client: FaultClient;
+  /** A client that does not retry, for what the test does to Redis (`DEBUG SLEEP`). */
+  readonly admin: QuietClient;
+  /** A client that reads what Redis counted. */
+  readonly inspect: QuietClient;
+}
+
+/**
+ * A fault server of its own for each test of the calling block, with a store client made as
+ * `config` says and two quiet clients (admin, inspect); all closed, and the server stopped,
+ * after each test. Call it in a `describe`, before {@link watchEachTest}.
+ */
+export function faultRedisOfEachTest(config: ClientConfig): FaultRedisOfTest {
+  let current: FaultRedisOfTest | undefined;
+  beforeEach(async () => {
+    const redis = await startFaultRedis();
+    current = {
+      redis,
+      client: faultClient(redis.url, config),
+      admin: quietClient(redis.url, { maxRetriesPerRequest: 0 }),
+      inspect: quietClient(redis.url),
+    };
+  });
+  afterEach(async () => {
+    if (current === undefined) return;
+    const { redis, client, admin, inspect } = current;
+    current = undefined;
+    disconnect(client);
+    admin.disconnect();
+    inspect.disconnect();
+    await redis.stop();
+  });
+  const get = (): FaultRedisOfTest => {
+    if (current === undefined) throw new Error('faultRedisOfEachTest: read in a test only');
+    return current;
+  };
+  return {
+    get redis() {
+      return get().redis;
+    },
+    get client() {
+      return get().client;
+    },
+    get admin() {
+      return get().admin;
+    },
+    get inspect() {
+      return get().inspect;
+    },
+  };
+}
+
 /** A store client to make: which library, with which options. */
 export interface ClientConfig {
   readonly library: 'ioredis' | 'node-redis';
@@ -87,9 +203,12 @@ export function disconnect(client: RedisStoreClient): void {
   if (client.isOpen) (client as unknown as { destroy(): void }).destroy();
 }
 
+/** An ioredis client whose `error` events (expected while Redis is down) are counted, not printed. */
+export type QuietClient = Redis & { errors: number };
+
 /** A client whose `error` events (expected while Redis is down) are counted, not printed. */
-export function quietClient(url: string, options: RedisOptions = {}): Redis & { errors: number } {
-  const client = new Redis(url, options) as Redis & { errors: number };
+export function quietClient(url: string, options: RedisOptions = {}): QuietClient {
+  const client = new Redis(url, options) as QuietClient;
   client.errors = 0;
   client.on('error', () => {
     client.errors++;
