@@ -1,25 +1,13 @@
-/**
- * A client sending twice the limit across a window boundary: the sliding window holds it
- * to about the limit, the sliding log to exactly the limit, and the fixed window lets
- * about twice the limit through (its documented weakness).
- */
-import type { Redis } from 'ioredis';
 import { createLimiter, type Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, storesOfTestFile } from '../helpers/stores';
-
-let client: Redis;
-onRedis.beforeAll(() => {
-  client = redisClient();
-});
-onRedis.afterAll(() => client.quit());
+import { manualClock, uniquePrefix } from '../helpers/redis';
+import { storesOfTestFile } from '../helpers/stores';
 
 const LIMIT = 100;
 const WINDOW = 60_000;
 const BOUNDARY = 1_700_000_040_000 - (1_700_000_040_000 % WINDOW) + WINDOW;
 
-const stores = storesOfTestFile(() => client);
+const stores = storesOfTestFile();
 
 /**
  * 2 x limit requests, evenly spread over the last `spanMs` before the boundary and the first

@@ -1,26 +1,8 @@
-/**
- * `blockFor` at the core, for every algorithm on MemoryStore, RedisStore (standalone) and
- * RedisStore on a Redis Cluster: once denied, an identifier is refused for `blockFor` from
- * that denial whatever its counts say, with the exact time left; nothing is counted while it
- * is blocked; the block lives in the identifier's own key, so other limiter instances (and a
- * restarted process) honour it, and `reset()` lifts it; the deny cache answers a blocked
- * identifier without store round trips until the block ends.
- */
-import type { Cluster, Redis } from 'ioredis';
-import {
-  createLimiter,
-  type Decision,
-  type Limiter,
-  type LimiterOptions,
-  MemoryStore,
-  OptionError,
-  RedisStore,
-  type Store,
-} from '../../src';
+import { createLimiter, type Decision, type Limiter, type LimiterOptions, MemoryStore, OptionError, type Store } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { decisionEssentials } from '../helpers/decisions';
-import { clusterClient, keysUnder, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores, withoutRedis } from '../helpers/stores';
+import { keysUnder, manualClock, uniquePrefix } from '../helpers/redis';
+import { onRedis, storesWithClusterOfTestFile, withoutRedis } from '../helpers/stores';
 
 const MINUTE = 60_000;
 /** A boundary of every window used here, so the expected waits are easy to state. */
@@ -44,29 +26,7 @@ const COUNTS_WAIT: Record<Tested, number> = {
   'sliding-log': 1_000,
 };
 
-let client: Redis;
-let cluster: Cluster;
-onRedis.beforeAll(async () => {
-  client = redisClient();
-  cluster = clusterClient();
-  await cluster.ping();
-});
-onRedis.afterAll(async () => {
-  await Promise.all([client.quit(), cluster.quit()]);
-});
-
-interface StoreKind {
-  readonly name: string;
-  readonly make: () => Store;
-  /** The Redis client behind the store, to inspect keys; undefined for the MemoryStore. */
-  readonly redis: () => Redis | Cluster | undefined;
-}
-
-const STORES: StoreKind[] = selectStores<StoreKind>([
-  { name: 'MemoryStore', make: () => new MemoryStore({ sweepIntervalMs: 0 }), redis: () => undefined },
-  { name: 'RedisStore', make: () => new RedisStore({ client }), redis: () => client },
-  { name: 'RedisStore on Cluster', make: () => new RedisStore({ client: cluster }), redis: () => cluster },
-]);
+const STORES = storesWithClusterOfTestFile();
 const REDIS_STORES = STORES.filter((kind) => kind.name !== 'MemoryStore');
 
 /** A store that counts the calls the limiter makes to it. */

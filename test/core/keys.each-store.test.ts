@@ -4,10 +4,10 @@
  * under the prefix and keep their own counters.
  */
 import type { Redis } from 'ioredis';
-import { createLimiter, RedisStore } from '../../src';
+import { createLimiter } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { keyBytesMatching, keysUnder, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { keyBytesMatching, keysUnder, manualClock, redisClient, redisLimiter, uniquePrefix } from '../helpers/redis';
 import { onRedis, storesOfTestFile, withoutRedis } from '../helpers/stores';
 
 let client: Redis;
@@ -79,17 +79,9 @@ withoutRedis.describe('keyFor', () => {
 
 onRedis.describe.each(ALGORITHMS)('%s keys in Redis', (algorithm) => {
   test('an overlong identifier gets its own short key under the prefix, with its own counter', async () => {
-    const prefix = uniquePrefix('long');
     const clock = manualClock();
-    const limiter = createLimiter({
-      store: new RedisStore({ client }),
-      algorithm,
-      limit: 2,
-      window: '1m',
-      prefix,
-      clock: clock.now,
-      denyCacheSize: 0,
-    });
+    const limiter = redisLimiter(client, 'long', { algorithm, limit: 2, window: '1m', clock: clock.now, denyCacheSize: 0 });
+    const { prefix } = limiter;
     const a = `${'a'.repeat(5_000)}1`;
     const b = `${'a'.repeat(5_000)}2`;
     expect((await limiter.check(a)).allowed).toBe(true);
@@ -105,17 +97,9 @@ onRedis.describe.each(ALGORITHMS)('%s keys in Redis', (algorithm) => {
   });
 
   test('odd identifiers each get one key under the prefix and independent counters', async () => {
-    const prefix = uniquePrefix('odd');
     const clock = manualClock();
-    const limiter = createLimiter({
-      store: new RedisStore({ client }),
-      algorithm,
-      limit: 1,
-      window: '1m',
-      prefix,
-      clock: clock.now,
-      denyCacheSize: 0,
-    });
+    const limiter = redisLimiter(client, 'odd', { algorithm, limit: 1, window: '1m', clock: clock.now, denyCacheSize: 0 });
+    const { prefix } = limiter;
     for (const id of ODD_IDENTIFIERS) {
       expect((await limiter.check(id)).allowed).toBe(true);
     }

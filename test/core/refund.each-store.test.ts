@@ -1,47 +1,15 @@
-/**
- * limiter.refund(identifier, decision) on every algorithm and store (memory, a standalone
- * Redis, the three-master cluster): it takes back exactly what the decision counted, from the
- * window it was counted in, never below zero, never creating a key, keeping the key's expiry;
- * it ignores decisions that counted nothing and drops a cached denial.
- */
-import type { Cluster, Redis } from 'ioredis';
-import { createLimiter, type Decision, type Limiter, MemoryStore, OptionError, RedisStore, type Store, type TierOptions } from '../../src';
+import { createLimiter, type Decision, type Limiter, MemoryStore, OptionError, type Store, type TierOptions } from '../../src';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import { clusterClient, keysUnder, manualClock, redisClient, uniquePrefix } from '../helpers/redis';
-import { onRedis, selectStores } from '../helpers/stores';
+import { keysUnder, manualClock, uniquePrefix } from '../helpers/redis';
+import { onRedis, type StoreWithClient, storesWithClusterOfTestFile } from '../helpers/stores';
 
 // The token bucket's refund (no windows: its level) has its own tests at the end of this file.
 const ALGORITHMS = ['sliding-window', 'fixed-window', 'sliding-log'] as const;
 const HOUR = 3_600_000;
 const START = 1_700_000_000_000 - (1_700_000_000_000 % HOUR); // a boundary of every window used here
 
-let client: Redis;
-let cluster: Cluster;
-onRedis.beforeAll(async () => {
-  client = redisClient();
-  cluster = clusterClient();
-  await cluster.ping();
-});
-onRedis.afterAll(async () => {
-  await client.quit();
-  await cluster.quit();
-});
-
-type BackendName = 'MemoryStore' | 'RedisStore' | 'RedisStore on Cluster';
-const BACKENDS = selectStores<BackendName>(['MemoryStore', 'RedisStore', 'RedisStore on Cluster']);
-const REDIS_BACKENDS = ['RedisStore', 'RedisStore on Cluster'] as const;
-
-/** The Redis client a backend writes through; undefined for the MemoryStore. */
-function redisOf(backend: BackendName): Redis | Cluster | undefined {
-  if (backend === 'RedisStore') return client;
-  if (backend === 'RedisStore on Cluster') return cluster;
-  return undefined;
-}
-
-function makeStore(backend: BackendName): Store {
-  const redis = redisOf(backend);
-  return redis === undefined ? new MemoryStore({ sweepIntervalMs: 0 }) : new RedisStore({ client: redis });
-}
+const BACKENDS = storesWithClusterOfTestFile();
+const REDIS_BACKENDS = BACKENDS.filter((backend) => backend.name !== 'MemoryStore');
 
 interface Setup {
   clock: ReturnType<typeof manualClock>;
@@ -52,13 +20,13 @@ interface Setup {
 }
 
 function setupFor(
-  backend: BackendName,
+  backend: StoreWithClient,
   algorithm: AlgorithmName,
   limits: readonly TierOptions[],
   { denyCache = false }: { denyCache?: boolean } = {},
 ): Setup {
   const clock = manualClock(START);
-  const store = makeStore(backend);
+  const store = backend.make();
   const limiter = createLimiter({
     store,
     limits,
@@ -68,7 +36,7 @@ function setupFor(
     // The default size when on; off elsewhere, so every answer comes from the store.
     ...(denyCache ? {} : { denyCacheSize: 0 }),
   });
-  const redis = redisOf(backend);
+  const redis = backend.redis();
   const stored = async (identifier: string): Promise<boolean> =>
     redis === undefined ? (store as MemoryStore).size > 0 : (await redis.exists(limiter.keyFor(identifier))) === 1;
   return { clock, limiter, store, stored };
@@ -80,7 +48,7 @@ const TWO_TIERS = [
   { limit: 10, window: '1h' },
 ];
 
-describe.each(BACKENDS)('refund on %s', (backend) => {
+describe.each(BACKENDS)('refund on $name', (backend) => {
   describe.each(ALGORITHMS)('%s', (algorithm) => {
     const setup = (limits: readonly TierOptions[], options?: { denyCache?: boolean }) => setupFor(backend, algorithm, limits, options);
 
@@ -262,7 +230,7 @@ describe.each(BACKENDS)('refund on %s', (backend) => {
   });
 });
 
-describe.each(BACKENDS)('refund from the window the decision was counted in, on %s', (backend) => {
+describe.each(BACKENDS)('refund from the window the decision was counted in, on $name', (backend) => {
   describe('sliding window (10 per 10 s)', () => {
     const setup = () => setupFor(backend, 'sliding-window', [{ limit: 10, window: '10s' }]);
 
@@ -379,7 +347,7 @@ describe.each(BACKENDS)('refund from the window the decision was counted in, on 
   });
 });
 
-describe.each(BACKENDS)('a refund keeps the expiry of the key, on %s', (backend) => {
+describe.each(BACKENDS)('a refund keeps the expiry of the key, on $name', (backend) => {
   /** When each algorithm's key for one check at `at` (1 h window, at an hour boundary + 1 s) expires. */
   const expiry = (algorithm: (typeof ALGORITHMS)[number], at: number): number =>
     ({ 'sliding-window': at + 2 * HOUR, 'fixed-window': START + HOUR, 'sliding-log': at + HOUR })[algorithm];
@@ -389,7 +357,7 @@ describe.each(BACKENDS)('a refund keeps the expiry of the key, on %s', (backend)
     clock.set(START + 1_000);
     const first = await limiter.check('u');
     await limiter.check('u');
-    const redis = redisOf(backend);
+    const redis = backend.redis();
     if (redis !== undefined) {
       // A TTL shorter than any the scripts set, so a refund that set one would show.
       const key = limiter.keyFor('u');
@@ -417,10 +385,10 @@ describe.each(BACKENDS)('a refund keeps the expiry of the key, on %s', (backend)
   });
 });
 
-onRedis.describe.each(REDIS_BACKENDS)('on %s a refund writes the identifier’s own key only', (backend) => {
+onRedis.describe.each(REDIS_BACKENDS)('on $name a refund writes the identifier’s own key only', (backend) => {
   test.each(ALGORITHMS)('%s, identifiers with braces (Cluster hash tags) included', async (algorithm) => {
     const { limiter } = setupFor(backend, algorithm, TWO_TIERS);
-    const redis = redisOf(backend)!;
+    const redis = backend.redis()!;
     const ids = ['{', '}', '{}', 'a{tag}', 'b{tag}', '{tag}', 'user:{42}:*'];
     const last = new Map<string, Decision>();
     for (const id of ids) {
@@ -445,7 +413,7 @@ onRedis.describe.each(REDIS_BACKENDS)('on %s a refund writes the identifier’s 
   });
 });
 
-describe.each(BACKENDS)('token bucket refunds, on %s', (backend) => {
+describe.each(BACKENDS)('token bucket refunds, on $name', (backend) => {
   // 10 units, one back every second.
   const setup = () => setupFor(backend, 'token-bucket', [{ limit: 10, window: '10s' }]);
 

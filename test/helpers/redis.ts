@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import type * as NodeRedis from 'redis';
-import type { RedisStoreClient } from '../../src';
+import { createLimiter, type Limiter, type LimiterOptions, RedisStore, type RedisStoreClient } from '../../src';
 import { REDIS_CLUSTER_NODES_VARIABLE, REDIS_URL_VARIABLE, runsStores } from './projects';
 
 /**
@@ -47,6 +47,14 @@ export function clusterClient(): Cluster {
 /** A key prefix no other test uses, so test files can share one server. */
 export function uniquePrefix(name = 't'): string {
   return `${name}-${randomBytes(5).toString('hex')}`;
+}
+
+/**
+ * A limiter on a RedisStore over `client`, counting under a prefix no other test uses
+ * (`name-<random>`, read it as `limiter.prefix`); the other options as `createLimiter` takes them.
+ */
+export function redisLimiter(client: RedisStoreClient, name: string, options: Omit<LimiterOptions, 'store' | 'prefix'>): Limiter {
+  return createLimiter({ store: new RedisStore({ client }), prefix: uniquePrefix(name), ...options });
 }
 
 /** A settable clock for `clock:` options. */

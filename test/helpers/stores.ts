@@ -13,10 +13,10 @@
  * - `storesOfTestFile()`, `redisStoresPerClient()`, `everyStore()`: the store rows a file runs
  *   its scenarios on, for `describe.each`, with their clients opened and closed for it.
  */
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { MemoryStore, RedisStore, type Store } from '../../src';
 import { runsStores, type StoreKind } from './projects';
-import { closeClient, REDIS_CLIENTS, redisClient, type StoreClient } from './redis';
+import { closeClient, clusterClient, REDIS_CLIENTS, redisClient, type StoreClient } from './redis';
 
 function kindOfStore(name: string): StoreKind {
   if (name.startsWith('MemoryStore')) return 'memory';
@@ -83,6 +83,35 @@ export function storesOfTestFile(client?: () => Redis): [string, () => Store][] 
   return selectStores<[string, () => Store]>([
     ['RedisStore', () => new RedisStore({ client: storeClient() })],
     ['MemoryStore', () => new MemoryStore({ sweepIntervalMs: 0 })],
+  ]);
+}
+
+/** A store a test file runs on, with the ioredis client behind it (none for the MemoryStore) to inspect its keys. */
+export interface StoreWithClient {
+  readonly name: string;
+  readonly make: () => Store;
+  readonly redis: () => Redis | Cluster | undefined;
+}
+
+/**
+ * A MemoryStore, a RedisStore on the run's standalone server and one on its cluster (`RedisStore
+ * on Cluster`), each with its client; of these, the ones the running jest project runs. The
+ * clients are opened before the file's Redis tests and quit after them. Call once, at the top
+ * level of a test file.
+ */
+export function storesWithClusterOfTestFile(): StoreWithClient[] {
+  let client: Redis | undefined;
+  let cluster: Cluster | undefined;
+  onRedis.beforeAll(async () => {
+    client = redisClient();
+    cluster = clusterClient();
+    await cluster.ping();
+  });
+  onRedis.afterAll(() => Promise.all([client?.quit(), cluster?.quit()]));
+  return selectStores<StoreWithClient>([
+    { name: 'MemoryStore', make: () => new MemoryStore({ sweepIntervalMs: 0 }), redis: () => undefined },
+    { name: 'RedisStore', make: () => new RedisStore({ client: client! }), redis: () => client },
+    { name: 'RedisStore on Cluster', make: () => new RedisStore({ client: cluster! }), redis: () => cluster },
   ]);
 }
 

@@ -6,10 +6,9 @@
  */
 import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-import { createLimiter, RedisStore } from '../../../src';
 import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../../src/algorithms';
 import type { AlgorithmName } from '../../../src/algorithms/types';
-import { closeClient, clusterClient, keysUnder, manualClock, REDIS_CLIENTS, type StoreClient, uniquePrefix } from '../../helpers/redis';
+import { closeClient, clusterClient, keysUnder, manualClock, REDIS_CLIENTS, redisLimiter, type StoreClient } from '../../helpers/redis';
 
 // ioredis' own slot function (a dependency of ioredis, without type declarations).
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -40,14 +39,7 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
   describe.each(ALGORITHMS)('%s on Redis Cluster', (algorithm) => {
     function setup(limits: { limit: number; window: string | number }[]) {
       const clock = manualClock(START);
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limits,
-        algorithm,
-        clock: clock.now,
-        prefix: uniquePrefix('cl'),
-        denyCacheSize: 0,
-      });
+      const limiter = redisLimiter(client, 'cl', { limits, algorithm, clock: clock.now, denyCacheSize: 0 });
       return { clock, limiter };
     }
 
@@ -120,27 +112,14 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
 
   describe('Redis Cluster with the Redis clock', () => {
     test.each(ALGORITHMS)('%s: 200 parallel checks on a limit of 100 allow exactly 100', async (algorithm) => {
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 100,
-        window: '1h',
-        algorithm,
-        prefix: uniquePrefix('clconc'),
-      });
+      const limiter = redisLimiter(client, 'clconc', { limit: 100, window: '1h', algorithm });
       const decisions = await Promise.all(Array.from({ length: 200 }, () => limiter.check('hot')));
       expect(decisions.filter((decision) => decision.allowed)).toHaveLength(100);
     });
 
     test('after SCRIPT FLUSH on every master, checks recover', async () => {
       const limiters = ALGORITHMS.map((algorithm) =>
-        createLimiter({
-          store: new RedisStore({ client }),
-          limit: 10,
-          window: '1h',
-          algorithm,
-          prefix: uniquePrefix('clflush'),
-          denyCacheSize: 0,
-        }),
+        redisLimiter(client, 'clflush', { limit: 10, window: '1h', algorithm, denyCacheSize: 0 }),
       );
       const ids = Array.from({ length: 12 }, (_, i) => `id${i}`); // spread over the masters
       for (const limiter of limiters) for (const id of ids) await limiter.check(id);

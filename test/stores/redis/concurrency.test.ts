@@ -7,7 +7,7 @@ import { createLimiter, RedisStore } from '../../../src';
 import { ALGORITHM_NAMES } from '../../../src/algorithms';
 import type { AlgorithmName } from '../../../src/algorithms/types';
 import { expectCounted } from '../../helpers/decisions';
-import { closeClient, REDIS_CLIENTS, type StoreClient, uniquePrefix } from '../../helpers/redis';
+import { closeClient, REDIS_CLIENTS, redisLimiter, type StoreClient, uniquePrefix } from '../../helpers/redis';
 
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
@@ -22,13 +22,7 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
 
   describe.each(ALGORITHMS)('%s under concurrency', (algorithm) => {
     test('200 parallel checks on a limit of 100 allow exactly 100', async () => {
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 100,
-        window: '1h',
-        algorithm,
-        prefix: uniquePrefix('conc'),
-      });
+      const limiter = redisLimiter(client, 'conc', { limit: 100, window: '1h', algorithm });
       const decisions = await Promise.all(Array.from({ length: 200 }, () => limiter.check('hot')));
       expect(decisions.filter((decision) => decision.allowed)).toHaveLength(100);
       // Every allowed decision saw a distinct count: 1..100.
@@ -48,14 +42,7 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
     });
 
     test('parallel checks with costs never overshoot the limit', async () => {
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 100,
-        window: '1h',
-        algorithm,
-        prefix: uniquePrefix('concost'),
-        denyCacheSize: 0,
-      });
+      const limiter = redisLimiter(client, 'concost', { limit: 100, window: '1h', algorithm, denyCacheSize: 0 });
       const costs = Array.from({ length: 120 }, (_, i) => 1 + (i % 7));
       const decisions = await Promise.all(costs.map((cost) => limiter.check('c', { cost })));
       const spent = decisions.reduce((sum, decision, i) => sum + (decision.allowed ? costs[i] : 0), 0);

@@ -9,7 +9,16 @@ import { createLimiter, RedisStore } from '../../../src';
 import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../../src/algorithms';
 import type { AlgorithmName } from '../../../src/algorithms/types';
 import { type RedisProcess, startRedis } from '../../../support/redis-server';
-import { closeClient, isReady, manualClock, REDIS_CLIENTS, redisClient, type StoreClient, uniquePrefix } from '../../helpers/redis';
+import {
+  closeClient,
+  isReady,
+  manualClock,
+  REDIS_CLIENTS,
+  redisClient,
+  redisLimiter,
+  type StoreClient,
+  uniquePrefix,
+} from '../../helpers/redis';
 
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 let admin: Redis;
@@ -39,15 +48,7 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
   describe.each(ALGORITHMS)('%s after SCRIPT FLUSH', (algorithm) => {
     test('the next check succeeds and counts on', async () => {
       const clock = manualClock();
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 5,
-        window: '1h',
-        algorithm,
-        clock: clock.now,
-        prefix: uniquePrefix('noscript'),
-        denyCacheSize: 0,
-      });
+      const limiter = redisLimiter(client, 'noscript', { limit: 5, window: '1h', algorithm, clock: clock.now, denyCacheSize: 0 });
       expect((await limiter.check('a', { cost: 2 })).allowed).toBe(true);
       const sha = sha1(SCRIPTS[algorithm].check.lua);
       expect(await admin.script('EXISTS', sha)).toEqual([1]);
@@ -62,14 +63,7 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
     });
 
     test('many parallel checks right after a flush all succeed, and count exactly', async () => {
-      const limiter = createLimiter({
-        store: new RedisStore({ client }),
-        limit: 30,
-        window: '1h',
-        algorithm,
-        prefix: uniquePrefix('noscript'),
-        denyCacheSize: 0,
-      });
+      const limiter = redisLimiter(client, 'noscript', { limit: 30, window: '1h', algorithm, denyCacheSize: 0 });
       await limiter.check('warm');
       await admin.script('FLUSH');
       const decisions = await Promise.all(Array.from({ length: 50 }, () => limiter.check('p')));
