@@ -33,11 +33,7 @@ describe.each(stores)('sliding window on %s', (_name, makeStore) => {
     await fill(limiter, 'a', 29);
     const before = await limiter.peek('a');
     expect(before.estimated).toBe(29 + 60); // 80 * 45/60 = 60
-    const decision = await limiter.check('a');
-    expect(decision.allowed).toBe(true);
-    expect(decision.estimated).toBe(90);
-    expect(decision.remaining).toBe(10);
-    expect(decision.retryAfterMs).toBe(0);
+    expect(await limiter.check('a')).toMatchObject({ allowed: true, estimated: 90, remaining: 10, retryAfterMs: 0 });
   });
 
   test('worked example: current 50, previous 80, 15 s in -> estimate 110 -> deny, nothing counted', async () => {
@@ -47,10 +43,8 @@ describe.each(stores)('sliding window on %s', (_name, makeStore) => {
     await fill(limiter, 'a', 20); // 20 + 80 = 100 at the boundary: fits exactly
     clock.set(START + WINDOW + 15_000);
     await fill(limiter, 'a', 20); // 40 + 60 = 100
-    const denied = await limiter.check('a', { cost: 10 }); // 50 + 60 = 110 > 100
-    expect(denied.allowed).toBe(false);
-    expect(denied.estimated).toBe(100);
-    expect(denied.remaining).toBe(0);
+    // 50 + 60 = 110 > 100
+    expect(await limiter.check('a', { cost: 10 })).toMatchObject({ allowed: false, estimated: 100, remaining: 0 });
     expect((await limiter.peek('a', { cost: 0 })).estimated).toBe(100);
   });
 
@@ -59,11 +53,7 @@ describe.each(stores)('sliding window on %s', (_name, makeStore) => {
     await fill(limiter, 'a', 70);
     clock.set(START + WINDOW + 45_000);
     await fill(limiter, 'a', 39);
-    const decision = await limiter.check('a');
-    expect(decision.allowed).toBe(true);
-    expect(decision.estimated).toBe(57.5);
-    expect(decision.remaining).toBe(42);
-    expect(decision.ratio).toBeCloseTo(0.575);
+    expect(await limiter.check('a')).toMatchObject({ allowed: true, estimated: 57.5, remaining: 42, ratio: expect.closeTo(0.575) });
   });
 
   test('retryAfterMs is exact: waiting exactly that long is allowed, 1 s less is not', async () => {

@@ -10,6 +10,13 @@ const never = <T>() => new Promise<T>(() => undefined);
  */
 const LATE_MS = 100;
 
+/** Expects a call started at `started` to have timed out after `timeoutMs`: a millisecond early at most (Date.now() rounds), LATE_MS late at most. */
+function expectTimedOut(started: number, timeoutMs: number): void {
+  const elapsed = Date.now() - started;
+  expect(elapsed).toBeGreaterThanOrEqual(timeoutMs - 1);
+  expect(elapsed).toBeLessThan(timeoutMs + LATE_MS);
+}
+
 test('a call answered in time settles with its answer; one that is not rejects after timeoutMs', async () => {
   const deadlines = new Deadlines(50);
   const started = Date.now();
@@ -19,9 +26,7 @@ test('a call answered in time settles with its answer; one that is not rejects a
   await expect(answered).resolves.toBe('ok');
   await expect(failed).rejects.toThrow('store down');
   await expect(stuck).rejects.toBeInstanceOf(RateLimitTimeoutError);
-  const elapsed = Date.now() - started;
-  expect(elapsed).toBeGreaterThanOrEqual(49);
-  expect(elapsed).toBeLessThan(50 + LATE_MS);
+  expectTimedOut(started, 50);
 });
 
 test('calls started later get their own full timeout, behind answered ones (one timer re-armed)', async () => {
@@ -38,9 +43,7 @@ test('calls started later get their own full timeout, behind answered ones (one 
   resolveMiddle(7);
   await expect(middle).resolves.toBe(7);
   await expect(last).rejects.toBeInstanceOf(RateLimitTimeoutError);
-  const lastElapsed = Date.now() - lastStarted;
-  expect(lastElapsed).toBeGreaterThanOrEqual(59);
-  expect(lastElapsed).toBeLessThan(60 + LATE_MS);
+  expectTimedOut(lastStarted, 60);
 });
 
 test('an answer after the timeout changes nothing; many answered calls leave nothing behind', async () => {

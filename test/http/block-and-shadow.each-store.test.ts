@@ -211,8 +211,17 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
     const ENFORCING = { limit: 3, window: '1m' };
     const SHADOW = { limit: 2, window: '1m', shadow: true };
 
-    function expectOutcome(statuses: number[], enforced: Decision[], shadowed: Decision[], seen: (Decision | null | undefined)[]): void {
-      expect(statuses).toEqual([200, 200, 200, 429, 429]);
+    /** The five responses, the decisions each limiter reported and those the handler saw: the enforcing one decides, with its headers only. */
+    function expectOutcome(
+      responses: request.Response[],
+      enforced: Decision[],
+      shadowed: Decision[],
+      seen: (Decision | null | undefined)[],
+    ): void {
+      expect(responses.map((response) => response.status)).toEqual([200, 200, 200, 429, 429]);
+      // Only the enforcing limiter's headers.
+      expect(responses.map((response) => response.headers['x-ratelimit-limit'])).toEqual(['3', '3', '3', '3', '3']);
+      expect(responses.map((response) => response.headers['x-ratelimit-remaining'])).toEqual(['2', '1', '0', '0', '0']);
       // The shadow one runs first and sees every request; it only reports.
       expect(shadowed.map((decision) => [decision.allowed, decision.shadow])).toEqual([
         [true, true],
@@ -232,13 +241,18 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
       expect(seen).toEqual(enforced.slice(0, 3));
     }
 
+    /** What the two limiters share (a new store, a clock at START, one client), and where their decisions and the handler's land. */
+    function twoLimiters() {
+      return {
+        common: { store: makeStore(), clock: manualClock(START).now, identify: () => 'c' },
+        enforced: [] as Decision[],
+        shadowed: [] as Decision[],
+        seen: [] as (Decision | null | undefined)[],
+      };
+    }
+
     test('Express: two middlewares', async () => {
-      const clock = manualClock(START);
-      const store = makeStore();
-      const enforced: Decision[] = [];
-      const shadowed: Decision[] = [];
-      const seen: (Decision | undefined)[] = [];
-      const common = { store, clock: clock.now, identify: () => 'c' };
+      const { common, enforced, shadowed, seen } = twoLimiters();
       const shadow = rateLimit({ ...common, ...SHADOW, prefix: uniquePrefix('shadow'), onDecision: (d) => shadowed.push(d) });
       const enforcing = rateLimit({ ...common, ...ENFORCING, prefix: uniquePrefix('enforce'), onDecision: (d) => enforced.push(d) });
       const app = express();
@@ -248,26 +262,13 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
       });
       const responses: request.Response[] = [];
       for (let i = 0; i < 5; i++) responses.push(await request(app).get('/'));
-      expectOutcome(
-        responses.map((response) => response.status),
-        enforced,
-        shadowed,
-        seen,
-      );
-      // Only the enforcing limiter's headers.
-      expect(responses.map((response) => response.headers['x-ratelimit-limit'])).toEqual(['3', '3', '3', '3', '3']);
-      expect(responses.map((response) => response.headers['x-ratelimit-remaining'])).toEqual(['2', '1', '0', '0', '0']);
+      expectOutcome(responses, enforced, shadowed, seen);
       expect((await shadow.limiter.peek('c', { cost: 0 })).estimated).toBe(2);
       expect((await enforcing.limiter.peek('c', { cost: 0 })).estimated).toBe(3);
     });
 
     test('Fastify: the plugin registered twice, one with shadow: true', async () => {
-      const clock = manualClock(START);
-      const store = makeStore();
-      const enforced: Decision[] = [];
-      const shadowed: Decision[] = [];
-      const seen: (Decision | null)[] = [];
-      const common = { store, clock: clock.now, identify: () => 'c' };
+      const { common, enforced, shadowed, seen } = twoLimiters();
       const shadowPrefix = uniquePrefix('shadow');
       const app = Fastify();
       fastifyApps.push(app);
@@ -285,14 +286,7 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
       await app.ready();
       const responses: request.Response[] = [];
       for (let i = 0; i < 5; i++) responses.push(await request(app.server).get('/'));
-      expectOutcome(
-        responses.map((response) => response.status),
-        enforced,
-        shadowed,
-        seen,
-      );
-      expect(responses.map((response) => response.headers['x-ratelimit-limit'])).toEqual(['3', '3', '3', '3', '3']);
-      expect(responses.map((response) => response.headers['x-ratelimit-remaining'])).toEqual(['2', '1', '0', '0', '0']);
+      expectOutcome(responses, enforced, shadowed, seen);
       // The first registration keeps the `rateLimiter` name: here the shadow one.
       expect(app.rateLimiter.prefix).toBe(shadowPrefix);
       expect(app.rateLimiter.shadow).toBe(true);

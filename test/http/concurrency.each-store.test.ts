@@ -72,12 +72,13 @@ async function servedSoon(app: App, held: ReturnType<typeof heldRoute>): Promise
 
 describe.each(STORES)('on %s', (_storeName, makeStore) => {
   describe.each(FRAMEWORK_ROWS)('%s', (_frameworkName, framework) => {
+    /** An app on a new store allowing one request in progress at a time, on the route `held` holds. */
+    const oneSlotApp = (held: ReturnType<typeof heldRoute>, name: string): Promise<App> =>
+      framework.start({ concurrency: 1 }, { store: makeStore(), clock: () => Date.now(), prefix: uniquePrefix(name), route: held.route });
+
     test('a slot is held while the response is in progress and given back when it is sent', async () => {
       const held = heldRoute();
-      const app = await framework.start(
-        { concurrency: 1 },
-        { store: makeStore(), clock: () => Date.now(), prefix: uniquePrefix('inflight'), route: held.route },
-      );
+      const app = await oneSlotApp(held, 'inflight');
       const first = openRequest(app.port);
       await held.started();
       const refused = await app.send();
@@ -96,10 +97,7 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
 
     test('a client that goes away mid-response gives its slot back', async () => {
       const held = heldRoute();
-      const app = await framework.start(
-        { concurrency: 1 },
-        { store: makeStore(), clock: () => Date.now(), prefix: uniquePrefix('gone'), route: held.route },
-      );
+      const app = await oneSlotApp(held, 'gone');
       const first = openRequest(app.port);
       await held.started();
       expect((await app.send()).status).toBe(429);

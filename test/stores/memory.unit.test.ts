@@ -8,6 +8,20 @@ import { manualClock, uniquePrefix } from '../helpers/redis';
 
 const START = 1_700_000_000_000;
 
+/** A MemoryStore holding at most `maxKeys`, and a limiter of `limit` a minute on it (manual clock at START, no deny cache). */
+function boundedLimiter(maxKeys: number, limit: number) {
+  const store = new MemoryStore({ maxKeys, sweepIntervalMs: 0 });
+  const clock = manualClock(START);
+  const limiter = createLimiter({ store, limit, window: '1m', clock: clock.now, prefix: uniquePrefix('bounded'), denyCacheSize: 0 });
+  return { store, clock, limiter };
+}
+
+/** Counts one unit for `key` at `now` straight through the store, in a sliding window of 10 per second. */
+function countOneSecond(store: MemoryStore, key: string, now: number) {
+  const tiers = [{ limit: 10, window: 1_000 }];
+  return store.check(ALGORITHMS['sliding-window'], key, { now, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers });
+}
+
 describe('MemoryStore boundedness', () => {
   // With the default maxKeys (100,000), straight through the store. Evicting with a fresh Map
   // iterator each time made this quadratic (over a minute); the 10 s timeout is part of the test.
@@ -33,9 +47,7 @@ describe('MemoryStore boundedness', () => {
   }, 10_000);
 
   test('through a limiter too: 200,000 identifiers with maxKeys 10,000', async () => {
-    const store = new MemoryStore({ maxKeys: 10_000, sweepIntervalMs: 0 });
-    const clock = manualClock(START);
-    const limiter = createLimiter({ store, limit: 10, window: '1m', clock: clock.now, prefix: uniquePrefix('m'), denyCacheSize: 0 });
+    const { store, clock, limiter } = boundedLimiter(10_000, 10);
     for (let i = 0; i < 200_000; i++) {
       await limiter.check(`id${i}`);
       if (store.size > 10_000) throw new Error(`size ${store.size} after ${i + 1} identifiers`);
@@ -47,9 +59,7 @@ describe('MemoryStore boundedness', () => {
   });
 
   test('eviction is least recently used: a key in use survives a stream of new ones', async () => {
-    const store = new MemoryStore({ maxKeys: 100, sweepIntervalMs: 0 });
-    const clock = manualClock(START);
-    const limiter = createLimiter({ store, limit: 1_000, window: '1m', clock: clock.now, prefix: uniquePrefix('lru'), denyCacheSize: 0 });
+    const { store, limiter } = boundedLimiter(100, 1_000);
     for (let i = 0; i < 1_000; i++) {
       await limiter.check(`new${i}`);
       if (i % 10 === 0) await limiter.check('regular');
@@ -60,8 +70,7 @@ describe('MemoryStore boundedness', () => {
   });
 
   test('a peek counts as use for eviction', async () => {
-    const store = new MemoryStore({ maxKeys: 3, sweepIntervalMs: 0 });
-    const limiter = createLimiter({ store, limit: 10, window: '1m', clock: () => START, prefix: uniquePrefix('lru'), denyCacheSize: 0 });
+    const { store, limiter } = boundedLimiter(3, 10);
     for (const id of ['a', 'b', 'c']) await limiter.check(id);
     await limiter.peek('a');
     await limiter.check('d'); // evicts b, the least recently used
@@ -73,9 +82,7 @@ describe('MemoryStore boundedness', () => {
 
   test('expired entries are swept: in batches, resuming where the last sweep stopped', () => {
     const store = new MemoryStore({ maxKeys: 100_000, sweepIntervalMs: 0 });
-    const tiers = [{ limit: 10, window: 1_000 }];
-    const check = (key: string, now: number) =>
-      store.check(ALGORITHMS['sliding-window'], key, { now, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers });
+    const check = (key: string, now: number) => countOneSecond(store, key, now);
     // 25,000 keys expiring at START + 2 s, then 5,000 expiring at START + 12 s.
     for (let i = 0; i < 25_000; i++) void check(`old${i}`, START);
     for (let i = 0; i < 5_000; i++) void check(`young${i}`, START + 10_000);
@@ -101,25 +108,8 @@ describe('MemoryStore boundedness', () => {
     jest.useFakeTimers();
     try {
       const store = new MemoryStore({ sweepIntervalMs: 1_000 });
-      const tiers = [{ limit: 10, window: 1_000 }];
-      void store.check(ALGORITHMS['sliding-window'], 'early', {
-        now: START,
-        cost: 1,
-        dryRun: false,
-        blockFor: 0,
-        countedAt: 0,
-        actualCost: 0,
-        tiers,
-      });
-      void store.check(ALGORITHMS['sliding-window'], 'late', {
-        now: START + 5_000,
-        cost: 1,
-        dryRun: false,
-        blockFor: 0,
-        countedAt: 0,
-        actualCost: 0,
-        tiers,
-      });
+      void countOneSecond(store, 'early', START);
+      void countOneSecond(store, 'late', START + 5_000);
       expect(store.size).toBe(2);
       jest.advanceTimersByTime(999);
       expect(store.size).toBe(2);
