@@ -17,6 +17,7 @@ import { createShadowApp } from '../examples/shadow';
 import { type Decision, RedisStore } from '../src';
 import { freePort } from '../support/redis-server';
 import { manualClock, redisClient, redisUrl, uniquePrefix } from './helpers/redis';
+import { rejectionOf } from './helpers/thrown';
 
 const run = promisify(execFile);
 
@@ -298,10 +299,7 @@ describe('examples', () => {
       await Promise.all(Array.from({ length: 5 }, (_, n) => busy.call(100 + n)));
       const impatient = createPartnerClient({ ...options, store: new RedisStore({ client }), account: 'account:busy', maxWaitMs: 50 });
       const asked = Date.now();
-      const failure = await impatient.call(200).then(
-        () => undefined,
-        (error: unknown) => error,
-      );
+      const failure = await rejectionOf(() => impatient.call(200));
       expect(failure).toBeInstanceOf(PartnerBusyError);
       expect((failure as PartnerBusyError).retryAfterMs).toBeGreaterThan(50);
       expect(Date.now() - asked).toBeLessThan(100);
@@ -326,12 +324,11 @@ describe('examples', () => {
   test('npm run demo with nothing listening at REDIS_URL exits 1 with one line, at once', async () => {
     const url = `redis://127.0.0.1:${await freePort()}`;
     const started = Date.now();
-    const failure = await run('npm', ['run', '--silent', 'demo'], { env: { ...process.env, REDIS_URL: url }, timeout: 30_000 }).then(
-      () => undefined,
-      (error: { code?: number; killed?: boolean; stderr?: string; stdout?: string }) => error,
-    );
+    const failure = (await rejectionOf(() =>
+      run('npm', ['run', '--silent', 'demo'], { env: { ...process.env, REDIS_URL: url }, timeout: 30_000 }),
+    )) as { code?: number; killed?: boolean; stderr?: string; stdout?: string };
     expect(failure).toMatchObject({ code: 1, killed: false, stdout: '' });
-    const lines = (failure?.stderr ?? '').trim().split('\n');
+    const lines = (failure.stderr ?? '').trim().split('\n');
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(
       /^demo: cannot reach Redis at redis:\/\/127\.0\.0\.1:\d+ \(connect ECONNREFUSED [^)]*\): start redis-server, or unset REDIS_URL/,

@@ -10,6 +10,7 @@ import { StoreUnavailableError } from '../../src/errors';
 import { RedisStore, rateLimit } from '../../src/express';
 import { freePort } from '../../support/redis-server';
 import { uniquePrefix } from '../helpers/redis';
+import { rejectionOf } from '../helpers/thrown';
 import { captureWarnings } from '../helpers/warnings';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -185,10 +186,7 @@ describe('RedisStore given a client that never connected', () => {
     const client = createClient({ url: `redis://127.0.0.1:${await freePort()}` });
     const store = new RedisStore({ client });
     const middleware = rateLimit({ store, prefix: uniquePrefix('down'), onError: () => {} });
-    const error = await middleware.limiter.check('user:1').then(
-      () => undefined,
-      (failure: unknown) => failure,
-    );
+    const error = await rejectionOf(() => middleware.limiter.check('user:1'));
     expect(error).toBeInstanceOf(StoreUnavailableError);
     expect(error).toMatchObject({ code: 'SWL_STORE_UNAVAILABLE' });
   });

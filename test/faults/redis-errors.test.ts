@@ -19,21 +19,13 @@ import {
   sleep,
   waitReady,
 } from '../helpers/redis-faults';
+import { rejectionOf } from '../helpers/thrown';
 
 const server = faultServersOfEachTest();
 afterAll(closeAgent);
 
 function limiterOn(client: ReturnType<typeof faultClient>): Limiter {
   return createLimiter({ store: new RedisStore({ client }), limit: 10, window: '1m', timeoutMs: 1_000, denyCacheSize: 0 });
-}
-
-async function refusal(check: Promise<unknown>): Promise<StoreError> {
-  const error = await check.then(
-    () => undefined,
-    (failure: unknown) => failure,
-  );
-  expect(error).toBeInstanceOf(StoreError);
-  return error as StoreError;
 }
 
 describe.each(RECOMMENDED_CONFIGS)('%s', (_name, config: ClientConfig) => {
@@ -45,9 +37,10 @@ describe.each(RECOMMENDED_CONFIGS)('%s', (_name, config: ClientConfig) => {
     try {
       await admin.call('REPLICAOF', '127.0.0.1', String(primary.port));
       await waitReady(client);
-      const error = await refusal(limiterOn(client).check('user'));
+      const error = await rejectionOf(() => limiterOn(client).check('user'));
+      expect(error).toBeInstanceOf(StoreError);
       expect(error).toMatchObject({ code: 'SWL_STORE_ERROR', reply: 'READONLY', name: 'StoreError' });
-      expect((error.cause as Error).message).toMatch(/^READONLY/);
+      expect(((error as StoreError).cause as Error).message).toMatch(/^READONLY/);
 
       // Behind Express: onError hears the code, failMode: 'closed' answers 503.
       const heard: unknown[] = [];
@@ -77,9 +70,10 @@ describe.each(RECOMMENDED_CONFIGS)('%s', (_name, config: ClientConfig) => {
       await waitReady(client);
       // Any use is now above the bound: every write is refused.
       await admin.config('SET', 'maxmemory', '1');
-      const error = await refusal(limiterOn(client).check('user'));
+      const error = await rejectionOf(() => limiterOn(client).check('user'));
+      expect(error).toBeInstanceOf(StoreError);
       expect(error).toMatchObject({ code: 'SWL_STORE_ERROR', reply: 'OOM' });
-      expect((error.cause as Error).message).toMatch(/^OOM/);
+      expect(((error as StoreError).cause as Error).message).toMatch(/^OOM/);
       await admin.config('SET', 'maxmemory', '0');
       expect((await limiterOn(client).check('user')).allowed).toBe(true);
     } finally {
