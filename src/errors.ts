@@ -125,6 +125,11 @@ export class Warnings {
     warn(code, message());
   }
 
+  /** Whether this owner has warned of `about` (a code, or the key given to {@link once}). */
+  has(about: string): boolean {
+    return this.warnedAt.has(about);
+  }
+
   /** Emits `message()` under `code` unless this owner did less than `everyMs` before `now`. */
   atMostEvery(code: Code, everyMs: number, now: number, message: () => string): void {
     const last = this.warnedAt.get(code);

@@ -121,10 +121,9 @@ export function byIp(options: ByIpOptions = {}): Identify<RequestLike> {
   return function identifyByIp(request) {
     const ip = request.ip ?? request.socket?.remoteAddress;
     if (!ip) return undefined;
-    if (warnOnForwarded) {
-      warnIfForwardedUntrusted(request, ip, warnings);
-      warnIfTrustingAll(request, ip, checked, warnings);
-    }
+    // Once a warning is said, its per-request checks stop.
+    if (warnOnForwarded && !warnings.has('SWL_UNTRUSTED_FORWARDED')) warnIfForwardedUntrusted(request, ip, warnings);
+    if (warnOnForwarded && !warnings.has('SWL_TRUST_ALL_PROXIES')) warnIfTrustingAll(request, ip, checked, warnings);
     return `ip:${normalizeIp(ip, subnet)}`;
   };
 }

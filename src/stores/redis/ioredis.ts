@@ -5,7 +5,7 @@
  * structural, so the package's declarations do not need ioredis installed.
  */
 import type { CheckScript } from '../../algorithms/types';
-import { StoreUnavailableError, warn } from '../../errors';
+import { StoreUnavailableError, Warnings } from '../../errors';
 import { dryRunArgIndex } from '../../protocol';
 import type { ClusterNode, ClusterRouting } from './batch';
 import { MemoryPolicies } from './memory-policy';
@@ -51,8 +51,8 @@ interface ClientState {
   readonly hooks: ClientHooks;
   /** The Redis servers whose memory policy was read (see memory-policy.ts). */
   readonly policies: MemoryPolicies;
-  /** Whether the unknown shape of the command queue was warned about. */
-  queueShapeWarned: boolean;
+  /** What was warned about this client (the unknown shape of its command queue). */
+  readonly warnings: Warnings;
   readonly routing: ClusterRouting | undefined;
 }
 
@@ -73,13 +73,13 @@ function stateOf(client: IoredisClient, hooks: ClientHooks): ClientState {
     everReady: client.status === 'ready',
     hooks,
     policies: new MemoryPolicies(),
-    queueShapeWarned: false,
+    warnings: new Warnings(),
     routing: client.isCluster === true ? clusterRouting(client as unknown as IoredisCluster, hooks) : undefined,
   };
   hooks.on('ready', () => {
     state.everReady = true;
   });
-  hooks.on('close', () => abandonUnansweredChecks(client, packageScriptKind, state));
+  hooks.on('close', () => abandonUnansweredChecks(client, packageScriptKind, state.warnings));
   // Each new connection may reach another node (a restart, a Sentinel failover).
   hooks.on('ready', () => readMemoryPolicies(client, state.policies));
   if (client.status === 'ready') readMemoryPolicies(client, state.policies);
@@ -182,31 +182,24 @@ interface CommandQueue {
   peekAt(index: number): { command?: QueuedCommand } | undefined;
 }
 
-/** Where the unknown-shape warning is remembered: a client's state. */
-interface QueueShapeWarning {
-  queueShapeWarned: boolean;
-}
-
 /**
  * The client's `commandQueue` (or `offlineQueue`) when it has the shape this module knows;
- * `undefined` for a Cluster (no such queue) or another shape, warned about once per `warned`.
+ * `undefined` for a Cluster (no such queue) or another shape, warned about once per `warnings`.
  */
 export function commandQueueOf(
   client: object,
   name: 'commandQueue' | 'offlineQueue' = 'commandQueue',
-  warned: QueueShapeWarning = { queueShapeWarned: false },
+  warnings: Warnings = new Warnings(),
 ): CommandQueue | undefined {
   const queue = (client as Record<string, unknown>)[name];
   if (queue === undefined) return undefined;
   const candidate = queue as Partial<CommandQueue>;
   if (typeof candidate.length === 'number' && typeof candidate.peekAt === 'function') return queue as CommandQueue;
-  if (!warned.queueShapeWarned) {
-    warned.queueShapeWarned = true;
-    warn(
-      'SWL_IOREDIS_QUEUE_UNSUPPORTED',
+  warnings.once(
+    'SWL_IOREDIS_QUEUE_UNSUPPORTED',
+    () =>
       "This ioredis version's commandQueue has an unknown shape: checks unanswered when a Redis connection drops may be counted after it reconnects.",
-    );
-  }
+  );
   return undefined;
 }
 
@@ -218,10 +211,10 @@ export function commandQueueOf(
 export function abandonUnansweredChecks(
   client: object,
   kindOf: (bodyOrSha: string) => ScriptKind | undefined = packageScriptKind,
-  warned?: QueueShapeWarning,
+  warnings?: Warnings,
 ): void {
-  abandonIn(commandQueueOf(client, 'commandQueue', warned), kindOf);
-  abandonIn(commandQueueOf(client, 'offlineQueue', warned), kindOf);
+  abandonIn(commandQueueOf(client, 'commandQueue', warnings), kindOf);
+  abandonIn(commandQueueOf(client, 'offlineQueue', warnings), kindOf);
 }
 
 function abandonIn(queue: CommandQueue | undefined, kindOf: (bodyOrSha: string) => ScriptKind | undefined): void {

@@ -105,7 +105,6 @@ export class RedisStore implements CallbackStore {
    * (`SWL_STORE_UNAVAILABLE`). Closing twice does nothing more.
    */
   close(): void {
-    if (this.closed) return;
     this.closed = true;
     this.redis.release();
   }

@@ -5,6 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
+import { Warnings } from '../../../src/errors';
 import { abandonUnansweredChecks, commandQueueOf } from '../../../src/stores/redis/ioredis';
 import { type ScriptKind, shaOf } from '../../../src/stores/redis/redis-client';
 import { redisClient } from '../../helpers/redis';
@@ -71,7 +72,7 @@ test('abandoning a batch sets its dry-run override, the first argument after its
 test('an unknown queue shape is left alone, with one SWL_IOREDIS_QUEUE_UNSUPPORTED warning per client state', () => {
   const warn = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
   try {
-    const state = { queueShapeWarned: false };
+    const state = new Warnings();
     expect(commandQueueOf({ commandQueue: [] }, 'commandQueue', state)).toBeUndefined();
     expect(commandQueueOf({ commandQueue: {} }, 'commandQueue', state)).toBeUndefined();
     expect(commandQueueOf({}, 'commandQueue', state)).toBeUndefined();
