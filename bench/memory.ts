@@ -113,7 +113,16 @@ async function measure(client: Redis, variant: Variant): Promise<Row> {
   // Load the script (its cache entry is not per-identifier memory) before the baseline.
   await (client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[command](
     limiter.keyFor('warm-up'),
-    ...scriptArgv({ now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers: limiter.tiers }),
+    ...scriptArgv({
+      now: undefined,
+      cost: 1,
+      dryRun: false,
+      blockFor: 0,
+      countedAt: 0,
+      actualCost: 0,
+      tiers: limiter.tiers,
+      precision: limiter.precision,
+    }),
   );
   await client.flushall();
   await settle(client);
@@ -123,7 +132,16 @@ async function measure(client: Redis, variant: Variant): Promise<Row> {
   // whole window (fixed window) or more from its write, so none expires before it is counted.
   const now = Math.floor(Date.now() / limiter.tiers[0].window) * limiter.tiers[0].window;
   // ARGV as RedisStore encodes it.
-  const argv = scriptArgv({ now, cost, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers: limiter.tiers });
+  const argv = scriptArgv({
+    now,
+    cost,
+    dryRun: false,
+    blockFor: 0,
+    countedAt: 0,
+    actualCost: 0,
+    tiers: limiter.tiers,
+    precision: limiter.precision,
+  });
   const started = process.hrtime.bigint();
   for (let start = 0; start < IDS; start += BATCH) {
     const pipeline = client.pipeline() as unknown as Record<string, (...args: unknown[]) => unknown> & {

@@ -11,6 +11,7 @@ const COLORS: Record<AlgorithmName, string> = {
   'fixed-window': '#e67300',
   'sliding-log': '#2ca02c',
   'token-bucket': '#9467bd',
+  'precise-window': '#d62728',
 };
 
 /** A share as a percentage with four decimals; exact zero stays "0". */

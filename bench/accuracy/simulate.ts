@@ -34,6 +34,7 @@
  * token bucket allowed, and every decision that differs from what that exact bucket
  * would decide is counted (and the first such case kept, to be reported precisely).
  */
+import { DEFAULT_PRECISION } from '../../src/algorithms/precise-window';
 import type { AlgorithmName, AlgorithmScripts, RawReply } from '../../src/algorithms/types';
 import type { Tier } from '../../src/tiers';
 import { ExactBucket } from './exact-bucket';
@@ -135,6 +136,7 @@ class Runner {
       countedAt: 0,
       actualCost: 0,
       tiers: this.tiers,
+      precision: DEFAULT_PRECISION,
     });
     if (result.state !== this.state) {
       this.state = result.state;

@@ -67,6 +67,7 @@ type RunCheck = CallbackStore['checkWithCallback'];
 class RateLimiter implements LimiterCore {
   readonly store: Store;
   readonly algorithm: AlgorithmName;
+  readonly precision: number;
   readonly tiers: readonly Tier[];
   readonly prefix: string;
   readonly timeoutMs: number;
@@ -96,6 +97,7 @@ class RateLimiter implements LimiterCore {
   constructor(options: ResolvedLimiterOptions) {
     this.store = options.store;
     this.algorithm = options.algorithm;
+    this.precision = options.precision;
     this.tiers = options.tiers;
     this.prefix = options.prefix;
     this.timeoutMs = options.timeoutMs;
@@ -177,6 +179,7 @@ class RateLimiter implements LimiterCore {
       countedAt: changes?.countedAt ?? 0,
       actualCost: changes?.actualCost ?? 0,
       tiers,
+      precision: this.precision,
       lease: changes?.lease,
     };
   }

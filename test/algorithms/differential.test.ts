@@ -48,6 +48,14 @@ function randomTiers(random: () => number, algorithm: AlgorithmName): Tier[] {
   }));
 }
 
+/** Precisions of \`precise-window\`: buckets as wide as the window, a few wide ones, and the default (mostly exact here). */
+const PRECISIONS = [1, 2, 7, 60, 6_000];
+
+/** The precision of a configuration: a random one for \`precise-window\` (the others ignore it, and draw nothing). */
+function randomPrecision(random: () => number, algorithm: AlgorithmName): number {
+  return algorithm === 'precise-window' ? PRECISIONS[Math.floor(random() * PRECISIONS.length)] : 1;
+}
+
 /** The next clock value: same ms, a few ms, around a tier's window boundary, within a window, several windows. */
 function nextTime(now: number, tiers: readonly Tier[], random: () => number): number {
   const window = tiers[Math.floor(random() * tiers.length)].window;
@@ -76,8 +84,10 @@ function randomCost(random: () => number, tiers: readonly Tier[]): number {
 }
 
 /** The PTTL a counting write must leave, per algorithm (a token bucket's: until every bucket is full again). */
-function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: number, decision: Decision): number {
+function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: number, decision: Decision, precision: number): number {
   const longest = Math.max(...tiers.map((tier) => tier.window));
+  // Until the newest unit has left every window: a window and a bucket after its bucket.
+  if (algorithm === 'precise-window') return Math.max(...tiers.map(({ window }) => window + Math.max(1, Math.floor(window / precision))));
   if (algorithm === 'sliding-window') return 2 * longest;
   if (algorithm === 'sliding-log') return longest;
   if (algorithm === 'token-bucket') {
@@ -197,9 +207,11 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         const redisStore = new RedisStore({ client: redisClientWithTtl });
         // A third of the configurations block denied identifiers (blockFor).
         const blockFor = config % 3 === 2 ? 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window))) : 0;
+        const precision = randomPrecision(random, algorithm);
         const common = {
           limits: inMs(tiers),
           algorithm,
+          ...(algorithm === 'precise-window' ? { precision } : {}),
           clock,
           denyCacheSize: 0,
           blockFor: blockFor === 0 ? undefined : `${blockFor}ms`,
@@ -267,7 +279,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
             );
           }
           if (fromRedis.counted) {
-            const expected = expectedTtl(algorithm, callTiers, now, fromRedis);
+            const expected = expectedTtl(algorithm, callTiers, now, fromRedis, precision);
             expiry.set(id, now + expected);
             // Read in the same MULTI as the write. Redis does not expire keys inside a MULTI, but
             // PTTL is counted on its real clock: allow for a server that was descheduled meanwhile.
@@ -332,6 +344,7 @@ describe.each(ALGORITHMS)('%s with a concurrency bound: RedisStore and MemorySto
       let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
       const common = {
         algorithm,
+        ...(algorithm === 'precise-window' ? { precision: randomPrecision(random, algorithm) } : {}),
         clock: () => now,
         denyCacheSize: 0,
         concurrency,
@@ -402,9 +415,12 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<{ bloc
     const marker = await client.zscore(key, '!');
     return { blockedUntil: marker === null ? 0 : -Number(marker), body: scores };
   }
-  const value = await client.get(key);
+  // Read as bytes: a precise window's entries are binary.
+  const value = (await client.getBuffer(key))?.toString('latin1') ?? null;
   if (value === null) return { blockedUntil: 0, body: [] };
-  const [, until, rest] = /^(?:!([0-9a-z]+) ?)?(.*)$/.exec(value)!;
+  const [, until, rest] = /^(?:!([0-9a-z]+) ?)?(.*)$/s.exec(value)!;
+  if (algorithm === 'precise-window')
+    return { blockedUntil: until === undefined ? 0 : parseInt(until, 36), body: [...Buffer.from(rest, 'latin1')] };
   // A token bucket keeps per tier 'm:r' in base 36, or m in decimal: the twin holds [m, r] pairs.
   const body =
     algorithm === 'token-bucket'
@@ -418,8 +434,10 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<{ bloc
 
 /** The twin's state in the same shape. */
 function twinState(state: unknown): { blockedUntil: number; body: number[] } {
-  const stored = state as { blockedUntil: number; body: number[] | undefined } | undefined;
-  return { blockedUntil: stored?.blockedUntil ?? 0, body: [...(stored?.body ?? [])] };
+  const stored = state as { blockedUntil: number; body: number[] | string | undefined } | undefined;
+  const body = stored?.body ?? [];
+  // A precise window keeps its string, one character per byte.
+  return { blockedUntil: stored?.blockedUntil ?? 0, body: typeof body === 'string' ? [...Buffer.from(body, 'latin1')] : [...body] };
 }
 
 describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', (algorithm) => {
@@ -435,6 +453,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     let blockedChecks = 0;
     for (let config = 0; config < 8; config++) {
       const tiers = randomTiers(random, algorithm);
+      const precision = randomPrecision(random, algorithm);
       const key = `${uniquePrefix('raw')}:k`;
       let now = config % 2 === 0 ? Math.floor(random() * 20) : 1_700_000_000_000 + Math.floor(random() * 100_000);
       let state: unknown;
@@ -457,12 +476,12 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
           cost = taken.cost;
           const roll = random();
           actualCost = roll < 0.4 ? 0 : roll < 0.7 ? Math.floor(random() * cost) : cost + 1 + Math.floor(random() * 2 * tiers[0].limit);
-          const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, actualCost, tiers };
+          const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, actualCost, tiers, precision };
           argv = scriptArgv(args);
           result = scripts.settle.apply(state, args);
         } else {
           cost = randomCost(random, tiers);
-          const args = { now, cost, dryRun, blockFor, countedAt: 0, actualCost: 0, tiers };
+          const args = { now, cost, dryRun, blockFor, countedAt: 0, actualCost: 0, tiers, precision };
           argv = scriptArgv(args);
           result = scripts.check.apply(state, args);
         }
@@ -519,6 +538,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
       let sharedBatches = 0;
       for (let config = 0; config < 6; config++) {
         const tiers = randomTiers(random, algorithm);
+        const precision = randomPrecision(random, algorithm);
         const keys = Array.from({ length: 4 }, (_, i) => `${uniquePrefix('batch')}:k${i}`);
         const states = new Map<string, unknown>();
         let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
@@ -534,10 +554,11 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
           }));
           const dryAll = random() < 0.1;
           const sharedArgv =
-            shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, countedAt: 0, actualCost: 0, tiers });
+            shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, countedAt: 0, actualCost: 0, tiers, precision });
           const perKey = entries.map(
             (entry) =>
-              sharedArgv ?? scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, countedAt: 0, actualCost: 0, tiers }),
+              sharedArgv ??
+              scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, countedAt: 0, actualCost: 0, tiers, precision }),
           );
           const entryKeys = entries.map((entry) => entry.key);
           const argv = form === 'batch' ? batchArgv(perKey) : batchArgv(perKey, entryKeys);
@@ -561,6 +582,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
               countedAt: 0,
               actualCost: 0,
               tiers,
+              precision,
             });
             states.set(entry.key, result.state);
             const context = `config ${config}, step ${step}, entry ${i} of ${entries.length}, ${JSON.stringify(entry)}, dry all ${dryAll}`;
