@@ -18,14 +18,17 @@ import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
  * `width`, in integers, so Lua and TypeScript agree exactly.
  *
  * Storage: one string key per identifier (Cluster safe), one segment per tier:
- * `width:tail:tailCount:total:baseBack:lastBack:bytes|<entries>`, the numbers in base 36. The
- * newest bucket (`tail`) and its units are in the header; the older buckets are entries, oldest
- * first, each the gap in buckets after the one before (the first after `base = tail - baseBack`)
- * and its units, as LEB128 varints: `gap * 2` for one unit, or `gap * 2 + 1` then the units.
+ * `finest:width:tail:tailCount:total:baseBack:lastBack:bytes|<entries>`, the numbers in
+ * hexadecimal. `finest` is the width the precision gives, `width` the one in use. The newest
+ * bucket (`tail`) and its units are in the header; the older buckets are entries, oldest first,
+ * each the gap in buckets after the one before (the first after `base = tail - baseBack`) and its
+ * units, as LEB128 varints: `gap * 2` for one unit, or `gap * 2 + 1` then the units.
  * `last = tail - lastBack` is the newest entry's bucket (`base` without entries), `total` the
  * units of the whole segment, `bytes` the length of its entries. A check reads the header and the
  * oldest entries only (to drop those that have left the window), and appends at most one entry,
- * so its work hardly grows with the units held; a segment holds at most `precision + 1` entries.
+ * so its work hardly grows with the units held. A segment holds at most `precision + 1` entries,
+ * and at most {@link MAX_ENTRY_BYTES} bytes of them: a tier that outgrows that (a large limit, fully
+ * used) gets buckets twice as wide until it fits, and its finest width back once it empties.
  * The key expires when the newest unit has left every window.
  */
 
@@ -37,15 +40,22 @@ export const DEFAULT_PRECISION = 6000;
 
 /** One tier's log, read from its segment; `from` is where its entries not yet dropped start in `body`. */
 interface Segment {
+  /** The width its tier's precision gives; `width` is wider when the tier was made coarser to fit. */
+  finest: number;
   width: number;
   tail: number;
   tailCount: number;
   total: number;
   base: number;
   last: number;
+  /** The entries are `body` from `from` up to `stop`. */
   body: string;
   from: number;
+  stop: number;
 }
+
+/** The most bytes of entries a tier keeps: past it, its buckets become twice as wide until they fit. */
+export const MAX_ENTRY_BYTES = 2048;
 
 const LUA_LOG = `
 local function widthOf(window, precision)
@@ -63,11 +73,14 @@ local function readVarint(s, at)
   end
   return value + byte * scale, at + 1
 end
--- The entry at s[at]: its gap in buckets, its units and the position after it.
+-- The entry at s[at]: its gap in buckets, its units and the position after it. (Most entries are
+-- one or two bytes, read without a call.)
 local function readEntry(s, at)
-  local head, after = readVarint(s, at)
+  local head, after = string.byte(s, at), at + 1
+  if head >= 128 then head, after = readVarint(s, at) end
   if head % 2 == 0 then return head / 2, 1, after end
-  local units
+  local units = string.byte(s, after)
+  if units < 128 then return (head - 1) / 2, units, after + 1 end
   units, after = readVarint(s, after)
   return (head - 1) / 2, units, after
 end
@@ -86,51 +99,51 @@ local function entryOf(gap, units)
   if units == 1 then return varint(gap * 2) end
   return varint(gap * 2 + 1) .. varint(units)
 end
-local function emptySegment(width)
-  return { width = width, tail = 0, tailCount = 0, total = 0, base = 0, last = 0, body = '', from = 1 }
+local function emptySegment(finest)
+  return { finest = finest, width = finest, tail = 0, tailCount = 0, total = 0, base = 0, last = 0, body = '', from = 1, stop = 0 }
 end
 -- The segments of a stored body, one per tier.
 local function readSegments(body)
   local segments = {}
   local at = 1
   while body and at <= #body do
-    local width, tail, tailCount, total, baseBack, lastBack, bytes, start = string.match(body,
-      '^([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+)|()', at)
-    if not width then break end
-    tail, bytes = tonumber(tail, 36), tonumber(bytes, 36)
-    segments[#segments + 1] = { width = tonumber(width, 36), tail = tail, tailCount = tonumber(tailCount, 36),
-      total = tonumber(total, 36), base = tail - tonumber(baseBack, 36), last = tail - tonumber(lastBack, 36),
-      body = string.sub(body, start, start + bytes - 1), from = 1 }
+    local finest, width, tail, tailCount, total, baseBack, lastBack, bytes, start =
+      string.match(body, '^(%x+):(%x+):(%x+):(%x+):(%x+):(%x+):(%x+):(%x+)|()', at)
+    if not finest then break end
+    tail, bytes = tonumber(tail, 16), tonumber(bytes, 16)
+    segments[#segments + 1] = { finest = tonumber(finest, 16), width = tonumber(width, 16), tail = tail, tailCount = tonumber(tailCount, 16),
+      total = tonumber(total, 16), base = tail - tonumber(baseBack, 16), last = tail - tonumber(lastBack, 16),
+      body = body, from = start, stop = start + bytes - 1 }
     at = start + bytes
   end
   return segments
 end
 local function encodeSegment(segment)
-  local entries = string.sub(segment.body, segment.from)
-  return base36(segment.width) .. ':' .. base36(segment.tail) .. ':' .. base36(segment.tailCount) .. ':' ..
-    base36(segment.total) .. ':' .. base36(segment.tail - segment.base) .. ':' .. base36(segment.tail - segment.last) ..
-    ':' .. base36(#entries) .. '|' .. entries
+  local entries = segment.body
+  if segment.from ~= 1 or segment.stop ~= #entries then entries = string.sub(entries, segment.from, segment.stop) end
+  return string.format('%x:%x:%x:%x:%x:%x:%x:%x|', segment.finest, segment.width, segment.tail, segment.tailCount, segment.total,
+    segment.tail - segment.base, segment.tail - segment.last, #entries) .. entries
 end
 -- Counts units in bucket (the tail's when it is older: a clock behind the last writer's).
 local function add(segment, bucket, units)
   if segment.total == 0 then
-    segment.tail, segment.tailCount, segment.total, segment.base, segment.last, segment.body, segment.from =
-      bucket, units, units, bucket, bucket, '', 1
+    segment.tail, segment.tailCount, segment.total, segment.base, segment.last = bucket, units, units, bucket, bucket
+    segment.body, segment.from, segment.stop = '', 1, 0
   elseif bucket <= segment.tail then
     segment.tailCount, segment.total = segment.tailCount + units, segment.total + units
   else
-    segment.body = string.sub(segment.body, segment.from) .. entryOf(segment.tail - segment.last, segment.tailCount)
-    segment.from, segment.last = 1, segment.tail
+    segment.body = string.sub(segment.body, segment.from, segment.stop) .. entryOf(segment.tail - segment.last, segment.tailCount)
+    segment.from, segment.stop, segment.last = 1, #segment.body, segment.tail
     segment.tail, segment.tailCount, segment.total = bucket, units, segment.total + units
   end
 end
--- The segment in buckets of width ms: each bucket's units move to the bucket holding its start.
-local function rebucket(segment, width)
-  if segment.width == width then return segment end
-  local moved = emptySegment(width)
-  if segment.total == 0 then return moved end
+-- The segment in buckets of width ms, for the finest width of its tier: each bucket's units move to
+-- the bucket holding its start.
+local function moveTo(segment, finest, width)
+  local moved = emptySegment(finest)
+  moved.width = width
   local at, bucket, body = segment.from, segment.base, segment.body
-  while at <= #body do
+  while at <= segment.stop do
     local gap, units
     gap, units, at = readEntry(body, at)
     bucket = bucket + gap
@@ -139,14 +152,21 @@ local function rebucket(segment, width)
   add(moved, math.floor(segment.tail * segment.width / width), segment.tailCount)
   return moved
 end
+-- The segment for a tier whose precision gives buckets of finest ms: as it is when it was kept for
+-- that width (its buckets may have been made wider, to fit), else moved to buckets of that width.
+local function rebucket(segment, finest)
+  if segment.total == 0 then return emptySegment(finest) end
+  if segment.finest == finest then return segment end
+  return moveTo(segment, finest, finest)
+end
 -- Drops the entries of buckets before first, which have left the window; everything once the tail has.
 local function trim(segment, first)
   if segment.total == 0 or segment.tail < first then
-    segment.tail, segment.tailCount, segment.total, segment.body, segment.from = 0, 0, 0, '', 1
+    segment.tail, segment.tailCount, segment.total, segment.body, segment.from, segment.stop = 0, 0, 0, '', 1, 0
     return
   end
   local body, at, base = segment.body, segment.from, segment.base
-  while at <= #body do
+  while at <= segment.stop do
     local gap, units, after = readEntry(body, at)
     if base + gap >= first then break end
     base = base + gap
@@ -162,7 +182,7 @@ local function weighted(segment, oldest)
   local width = segment.width
   local first = math.floor(oldest / width)
   local cut = 0
-  if segment.from <= #segment.body then
+  if segment.from <= segment.stop then
     local gap, units = readEntry(segment.body, segment.from)
     if segment.base + gap == first then cut = units end
   elseif segment.tail == first then
@@ -180,7 +200,7 @@ local function waitFor(segment, oldest, numerator, limit, units)
   local after, at, bucket, body = segment.total, segment.from, segment.base, segment.body
   while true do
     local held
-    local inTail = at > #body
+    local inTail = at > segment.stop
     if inTail then
       bucket, held = segment.tail, segment.tailCount
     else
@@ -196,6 +216,21 @@ local function waitFor(segment, oldest, numerator, limit, units)
     end
     if inTail then return 0 end
   end
+end
+-- The segment of a tier of window ms, in buckets of its width (or a multiple kept, see rebucket),
+-- trimmed to its window at now; a tier left empty takes its width again.
+local function liveSegment(saved, window, precision, now)
+  local width = widthOf(window, precision)
+  local segment = rebucket(saved or emptySegment(width), width)
+  trim(segment, math.floor((now - window + 1) / segment.width))
+  if segment.total == 0 then segment.width = segment.finest end
+  return segment
+end
+-- Counts units at now; a tier whose entries outgrow ${MAX_ENTRY_BYTES} bytes gets buckets twice as wide until they fit.
+local function count(segment, now, units)
+  add(segment, math.floor(now / segment.width), units)
+  while segment.stop - segment.from + 1 > ${MAX_ENTRY_BYTES} do segment = moveTo(segment, segment.finest, 2 * segment.width) end
+  return segment
 end
 `;
 
@@ -239,29 +274,31 @@ function entryOf(gap: number, units: number): string {
   return units === 1 ? varint(gap * 2) : varint(gap * 2 + 1) + varint(units);
 }
 
-function emptySegment(width: number): Segment {
-  return { width, tail: 0, tailCount: 0, total: 0, base: 0, last: 0, body: '', from: 0 };
+function emptySegment(finest: number): Segment {
+  return { finest, width: finest, tail: 0, tailCount: 0, total: 0, base: 0, last: 0, body: '', from: 0, stop: 0 };
 }
 
 function readSegments(body: string | undefined): Segment[] {
   const segments: Segment[] = [];
-  const headerAt = /([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+)\|/y;
+  const headerAt = /([0-9a-f]+):([0-9a-f]+):([0-9a-f]+):([0-9a-f]+):([0-9a-f]+):([0-9a-f]+):([0-9a-f]+):([0-9a-f]+)\|/y;
   let at = 0;
   while (body !== undefined && at < body.length) {
     headerAt.lastIndex = at;
     const header = headerAt.exec(body);
     if (header === null) break;
-    const [tail, bytes] = [parseInt(header[2], 36), parseInt(header[7], 36)];
+    const [tail, bytes] = [parseInt(header[3], 16), parseInt(header[8], 16)];
     const start = headerAt.lastIndex;
     segments.push({
-      width: parseInt(header[1], 36),
+      finest: parseInt(header[1], 16),
+      width: parseInt(header[2], 16),
       tail,
-      tailCount: parseInt(header[3], 36),
-      total: parseInt(header[4], 36),
-      base: tail - parseInt(header[5], 36),
-      last: tail - parseInt(header[6], 36),
-      body: body.slice(start, start + bytes),
-      from: 0,
+      tailCount: parseInt(header[4], 16),
+      total: parseInt(header[5], 16),
+      base: tail - parseInt(header[6], 16),
+      last: tail - parseInt(header[7], 16),
+      body,
+      from: start,
+      stop: start + bytes,
     });
     at = start + bytes;
   }
@@ -269,20 +306,29 @@ function readSegments(body: string | undefined): Segment[] {
 }
 
 function encodeSegment(segment: Segment): string {
-  const entries = segment.body.slice(segment.from);
-  const header = [segment.width, segment.tail, segment.tailCount, segment.total, segment.tail - segment.base, segment.tail - segment.last];
-  return `${header.map((n) => n.toString(36)).join(':')}:${entries.length.toString(36)}|${entries}`;
+  const entries = segment.body.slice(segment.from, segment.stop);
+  const header = [
+    segment.finest,
+    segment.width,
+    segment.tail,
+    segment.tailCount,
+    segment.total,
+    segment.tail - segment.base,
+    segment.tail - segment.last,
+  ];
+  return `${header.map((n) => n.toString(16)).join(':')}:${entries.length.toString(16)}|${entries}`;
 }
 
 function add(segment: Segment, bucket: number, units: number): void {
   if (segment.total === 0) {
-    Object.assign(segment, { tail: bucket, tailCount: units, total: units, base: bucket, last: bucket, body: '', from: 0 });
+    Object.assign(segment, { tail: bucket, tailCount: units, total: units, base: bucket, last: bucket, body: '', from: 0, stop: 0 });
   } else if (bucket <= segment.tail) {
     segment.tailCount += units;
     segment.total += units;
   } else {
-    segment.body = segment.body.slice(segment.from) + entryOf(segment.tail - segment.last, segment.tailCount);
+    segment.body = segment.body.slice(segment.from, segment.stop) + entryOf(segment.tail - segment.last, segment.tailCount);
     segment.from = 0;
+    segment.stop = segment.body.length;
     segment.last = segment.tail;
     segment.tail = bucket;
     segment.tailCount = units;
@@ -290,13 +336,12 @@ function add(segment: Segment, bucket: number, units: number): void {
   }
 }
 
-function rebucket(segment: Segment, width: number): Segment {
-  if (segment.width === width) return segment;
-  const moved = emptySegment(width);
-  if (segment.total === 0) return moved;
+function moveTo(segment: Segment, finest: number, width: number): Segment {
+  const moved = emptySegment(finest);
+  moved.width = width;
   let at = segment.from;
   let bucket = segment.base;
-  while (at < segment.body.length) {
+  while (at < segment.stop) {
     const [gap, units, after] = readEntry(segment.body, at);
     at = after;
     bucket += gap;
@@ -306,14 +351,19 @@ function rebucket(segment: Segment, width: number): Segment {
   return moved;
 }
 
+function rebucket(segment: Segment, finest: number): Segment {
+  if (segment.total === 0) return emptySegment(finest);
+  return segment.finest === finest ? segment : moveTo(segment, finest, finest);
+}
+
 function trim(segment: Segment, first: number): void {
   if (segment.total === 0 || segment.tail < first) {
-    Object.assign(segment, { tail: 0, tailCount: 0, total: 0, body: '', from: 0 });
+    Object.assign(segment, { tail: 0, tailCount: 0, total: 0, body: '', from: 0, stop: 0 });
     return;
   }
   let at = segment.from;
   let base = segment.base;
-  while (at < segment.body.length) {
+  while (at < segment.stop) {
     const [gap, units, after] = readEntry(segment.body, at);
     if (base + gap >= first) break;
     base += gap;
@@ -329,7 +379,7 @@ function weighted(segment: Segment, oldest: number): number {
   const { width } = segment;
   const first = Math.floor(oldest / width);
   let cut = 0;
-  if (segment.from < segment.body.length) {
+  if (segment.from < segment.stop) {
     const [gap, units] = readEntry(segment.body, segment.from);
     if (segment.base + gap === first) cut = units;
   } else if (segment.tail === first) {
@@ -347,7 +397,7 @@ function waitFor(segment: Segment, oldest: number, numerator: number, limit: num
   let bucket = segment.base;
   for (;;) {
     let held: number;
-    const inTail = at >= body.length;
+    const inTail = at >= segment.stop;
     if (inTail) {
       bucket = segment.tail;
       held = segment.tailCount;
@@ -377,23 +427,23 @@ const CHECK = checkLua(
   local segments, oldest = {}, {}
   local allowed = 1
   for i = 1, tiers do
-    local width = widthOf(windows[i], precision)
-    local segment = rebucket(saved[i] or emptySegment(width), width)
+    local segment = liveSegment(saved[i], windows[i], precision, now)
     oldest[i] = now - windows[i] + 1
-    trim(segment, math.floor(oldest[i] / width))
     segments[i] = segment
-    if weighted(segment, oldest[i]) + cost * width > limits[i] * width then allowed = 0 end
+    if weighted(segment, oldest[i]) + cost * segment.width > limits[i] * segment.width then allowed = 0 end
   end
   if blocked then allowed = 0 end
   if allowed == 1 and cost > 0 and not dryRun then
     local parts, lifetime = {}, 0
     for i = 1, tiers do
-      local segment = segments[i]
-      add(segment, math.floor(now / segment.width), cost)
+      local segment = count(segments[i], now, cost)
+      segments[i] = segment
       parts[i] = encodeSegment(segment)
       lifetime = math.max(lifetime, windows[i] + segment.width)
     end
-    redis.call('SET', key, table.concat(parts), 'PX', lifetime)
+    local value = parts[1]
+    if tiers > 1 then value = table.concat(parts) end
+    redis.call('SET', key, value, 'PX', lifetime)
   end
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body)
   local reply = checkReply(allowed, now, blockedMs)
@@ -409,26 +459,32 @@ const CHECK = checkLua(
 `,
 );
 
-/** The segment of tier `i` in buckets of its width now, trimmed to its window at `now`. */
-function liveSegment(saved: readonly Segment[], i: number, { now, tiers, precision }: ScriptArgs): Segment {
-  const width = widthOf(tiers[i].window, precision);
-  const stored = saved[i];
-  const segment = rebucket(stored === undefined ? emptySegment(width) : { ...stored }, width);
-  trim(segment, Math.floor((now - tiers[i].window + 1) / width));
+function liveSegment(saved: Segment | undefined, window: number, precision: number, now: number): Segment {
+  const width = widthOf(window, precision);
+  const segment = rebucket(saved === undefined ? emptySegment(width) : { ...saved }, width);
+  trim(segment, Math.floor((now - window + 1) / segment.width));
+  if (segment.total === 0) segment.width = segment.finest;
   return segment;
 }
 
+function count(segment: Segment, now: number, units: number): Segment {
+  add(segment, Math.floor(now / segment.width), units);
+  let fitted = segment;
+  while (fitted.stop - fitted.from > MAX_ENTRY_BYTES) fitted = moveTo(fitted, fitted.finest, 2 * fitted.width);
+  return fitted;
+}
+
 /** How long a key lives after a write at `now`: until its newest unit has left every window. */
-function lifetimeOf(args: ScriptArgs): number {
+function lifetimeOf(segments: readonly Segment[], tiers: ScriptArgs['tiers']): number {
   let lifetime = 0;
-  for (const { window } of args.tiers) lifetime = Math.max(lifetime, window + widthOf(window, args.precision));
+  for (let i = 0; i < tiers.length; i++) lifetime = Math.max(lifetime, tiers[i].window + segments[i].width);
   return lifetime;
 }
 
 function check(state: string | undefined, args: ScriptArgs): MemoryResult<string> {
-  const { now, cost, dryRun, tiers } = args;
+  const { now, cost, dryRun, tiers, precision } = args;
   const saved = readSegments(state);
-  const segments = tiers.map((_, i) => liveSegment(saved, i, args));
+  const segments = tiers.map(({ window }, i) => liveSegment(saved[i], window, precision, now));
   let allowed: 0 | 1 = 1;
   for (let i = 0; i < tiers.length; i++) {
     const { width } = segments[i];
@@ -437,9 +493,9 @@ function check(state: string | undefined, args: ScriptArgs): MemoryResult<string
   let next = state;
   let expiresAt: number | undefined;
   if (allowed === 1 && cost > 0 && !dryRun) {
-    for (const segment of segments) add(segment, Math.floor(now / segment.width), cost);
+    for (let i = 0; i < tiers.length; i++) segments[i] = count(segments[i], now, cost);
     next = segments.map(encodeSegment).join('');
-    expiresAt = now + lifetimeOf(args);
+    expiresAt = now + lifetimeOf(segments, tiers);
   }
   const reply = checkReply(allowed, now, 0);
   for (let i = 0; i < tiers.length; i++) {
@@ -466,21 +522,22 @@ local function giveBack(saved, units)
   local givenBack = 0
   for i = 1, tiers do
     local segment = saved[i]
-    if segment and segment.width == widthOf(windows[i], precision) and segment.total > 0 then
+    if segment and segment.finest == widthOf(windows[i], precision) and segment.total > 0 then
       local counted = math.floor(countedAt / segment.width)
       local back = 0
       if counted == segment.tail then
         back = math.min(units, segment.tailCount)
         segment.tailCount = segment.tailCount - back
       else
-        local body, at, bucket = segment.body, 1, segment.base
-        while at <= #body do
+        local body, at, bucket = segment.body, segment.from, segment.base
+        while at <= segment.stop do
           local gap, held, after = readEntry(body, at)
           bucket = bucket + gap
           if bucket > counted then break end
           if bucket == counted then
             back = math.min(units, held)
-            segment.body = string.sub(body, 1, at - 1) .. entryOf(gap, held - back) .. string.sub(body, after)
+            segment.body = string.sub(body, segment.from, at - 1) .. entryOf(gap, held - back) .. string.sub(body, after, segment.stop)
+            segment.from, segment.stop = 1, #segment.body
             break
           end
           at = after
@@ -500,12 +557,9 @@ end
 local function charge(saved, charged)
   local parts, lifetime = {}, 0
   for i = 1, tiers do
-    local width = widthOf(windows[i], precision)
-    local segment = rebucket(saved[i] or emptySegment(width), width)
-    trim(segment, math.floor((now - windows[i] + 1) / width))
-    add(segment, math.floor(now / width), charged)
+    local segment = count(liveSegment(saved[i], windows[i], precision, now), now, charged)
     parts[i] = encodeSegment(segment)
-    lifetime = math.max(lifetime, windows[i] + width)
+    lifetime = math.max(lifetime, windows[i] + segment.width)
   end
   return table.concat(parts), lifetime
 end
@@ -518,7 +572,7 @@ const settle = counterSettle<string>({
     let givenBack = 0;
     for (let i = 0; i < tiers.length && i < saved.length; i++) {
       const segment = saved[i];
-      if (segment.width !== widthOf(tiers[i].window, precision) || segment.total === 0) continue;
+      if (segment.finest !== widthOf(tiers[i].window, precision) || segment.total === 0) continue;
       const counted = Math.floor(countedAt / segment.width);
       let back = 0;
       if (counted === segment.tail) {
@@ -526,15 +580,17 @@ const settle = counterSettle<string>({
         segment.tailCount -= back;
       } else {
         const { body } = segment;
-        let at = 0;
+        let at = segment.from;
         let bucket = segment.base;
-        while (at < body.length) {
+        while (at < segment.stop) {
           const [gap, held, after] = readEntry(body, at);
           bucket += gap;
           if (bucket > counted) break;
           if (bucket === counted) {
             back = Math.min(units, held);
-            segment.body = body.slice(0, at) + entryOf(gap, held - back) + body.slice(after);
+            segment.body = body.slice(segment.from, at) + entryOf(gap, held - back) + body.slice(after, segment.stop);
+            segment.from = 0;
+            segment.stop = segment.body.length;
             break;
           }
           at = after;
@@ -545,11 +601,10 @@ const settle = counterSettle<string>({
     }
     return { givenBack, next: saved.map(encodeSegment).join('') };
   },
-  charge(state, charged, args) {
+  charge(state, charged, { now, tiers, precision }) {
     const saved = readSegments(state);
-    const segments = args.tiers.map((_, i) => liveSegment(saved, i, args));
-    for (const segment of segments) add(segment, Math.floor(args.now / segment.width), charged);
-    return { next: segments.map(encodeSegment).join(''), livesUntil: args.now + lifetimeOf(args) };
+    const segments = tiers.map(({ window }, i) => count(liveSegment(saved[i], window, precision, now), now, charged));
+    return { next: segments.map(encodeSegment).join(''), livesUntil: now + lifetimeOf(segments, tiers) };
   },
 });
 

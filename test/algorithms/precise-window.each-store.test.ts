@@ -3,11 +3,13 @@
  * buckets, the `precision` option, and the size of what it keeps.
  */
 import { isDeepStrictEqual } from 'node:util';
+import type { Redis } from 'ioredis';
 import { createLimiter, type Decision } from '../../src';
-import { preciseWindow } from '../../src/algorithms/precise-window';
+import { MAX_ENTRY_BYTES, preciseWindow } from '../../src/algorithms/precise-window';
+import { scriptArgv } from '../../src/protocol';
 import { mulberry32 as seeded } from '../../support/random';
-import { manualClock, uniquePrefix } from '../helpers/redis';
-import { storesOfTestFile, withoutRedis } from '../helpers/stores';
+import { manualClock, redisClient, uniquePrefix } from '../helpers/redis';
+import { onRedis, storesOfTestFile, withoutRedis } from '../helpers/stores';
 import { expectOptionError, thrownBy } from '../helpers/thrown';
 
 const START = 1_700_000_000_000 - (1_700_000_000_000 % 60_000); // a boundary of every bucket used here
@@ -110,6 +112,55 @@ describe.each(stores)('precise window on %s', (_name, makeStore) => {
     expect((await limiter.peek('a')).estimated).toBe(1.5);
     clock.set(START + 61_000 - 1);
     expect((await limiter.peek('a')).estimated).toBe(0);
+  });
+});
+
+onRedis.describe('precise window: a tier that outgrows its entry bytes, in Lua and in its twin', () => {
+  let client: Redis;
+  beforeAll(() => {
+    client = redisClient();
+  });
+  afterAll(() => client.quit());
+
+  test('buckets widen until the entries fit, with identical replies and stored bytes, refunds included', async () => {
+    const random = seeded(0x9e3);
+    const key = `${uniquePrefix('precise-wide')}:k`;
+    const tiers = [
+      { limit: 1_000_000, window: 60_000 },
+      { limit: 200_000, window: 1_000 },
+    ];
+    let state: unknown;
+    let now = START;
+    const counted: { at: number; cost: number }[] = [];
+    let widest = 0;
+    for (let step = 0; step < 3_000; step++) {
+      now += random() < 0.2 ? 0 : 1 + Math.floor(random() * 12);
+      const settle = counted.length > 0 && random() < 0.05;
+      const taken = settle ? counted.splice(Math.floor(random() * counted.length), 1)[0] : undefined;
+      const args = {
+        now,
+        cost: taken?.cost ?? 1 + Math.floor(random() * 300),
+        dryRun: false,
+        blockFor: 0,
+        countedAt: taken?.at ?? 0,
+        actualCost: taken === undefined ? 0 : Math.floor(random() * taken.cost),
+        tiers,
+        precision: 6_000,
+      };
+      const script = settle ? preciseWindow.settle : preciseWindow.check;
+      const result = script.apply(state as never, args);
+      const fromLua = await client.eval(script.lua, 1, key, ...scriptArgv(args));
+      expect(fromLua).toEqual([...result.reply]);
+      state = result.state;
+      const stored = (await client.getBuffer(key))!.toString('latin1');
+      expect(stored).toBe((state as { body: string }).body);
+      if (!settle) counted.push({ at: now, cost: args.cost });
+      // The first tier's bucket width, the second number of its header.
+      widest = Math.max(widest, parseInt(stored.split(':')[1], 16));
+      expect(stored.length).toBeLessThan(2 * (MAX_ENTRY_BYTES + 64));
+    }
+    // 10 ms buckets at first; the entries of a minute at this rate need several doublings.
+    expect(widest).toBeGreaterThanOrEqual(40);
   });
 });
 
