@@ -55,7 +55,7 @@ const WINDOW_MS = 60_000;
 const IDS = 100_000;
 
 type Framework = 'express' | 'fastify';
-type LimiterName = 'bare' | 'floor' | 'swl' | 'swlap' | 'swlnr' | 'swlfw' | 'swltb' | 'swlsl' | 'erl' | 'rlf' | 'frl';
+type LimiterName = 'bare' | 'floor' | 'swl' | 'swlap' | 'swlnr' | 'swlfw' | 'swltb' | 'swlsl' | 'swlpw' | 'erl' | 'rlf' | 'frl';
 
 const LIMITER_LABELS: Record<LimiterName, string> = {
   bare: 'bare (no limiter)',
@@ -66,14 +66,15 @@ const LIMITER_LABELS: Record<LimiterName, string> = {
   swlfw: 'ratewarden, fixed window',
   swltb: 'ratewarden, token bucket',
   swlsl: 'ratewarden, sliding log',
+  swlpw: 'ratewarden, precise window',
   erl: 'express-rate-limit + rate-limit-redis',
   rlf: 'rate-limiter-flexible (RateLimiterRedis, middleware in bench/server.ts)',
   frl: '@fastify/rate-limit (redis)',
 };
 
 const CONFIGS: readonly { framework: Framework; limiters: readonly LimiterName[] }[] = [
-  { framework: 'express', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'erl', 'rlf'] },
-  { framework: 'fastify', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'swlfw', 'swltb', 'swlsl', 'frl', 'rlf'] },
+  { framework: 'express', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'swlpw', 'erl', 'rlf'] },
+  { framework: 'fastify', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'swlfw', 'swltb', 'swlsl', 'swlpw', 'frl', 'rlf'] },
 ];
 
 interface Scenario {
@@ -171,6 +172,7 @@ const ONLY_IN: Partial<Record<LimiterName, readonly Scenario['id'][]>> = {
   swlfw: ['b', 'cb'],
   swltb: ['b', 'cb'],
   swlsl: ['b', 'cb'],
+  swlpw: ['a', 'b', 'cb'],
 };
 
 const selected = (framework: Framework, limiter: LimiterName, scenario: Scenario['id']): boolean =>

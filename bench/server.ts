@@ -6,7 +6,7 @@
  * - BENCH_FRAMEWORK: `express` | `fastify`
  * - BENCH_LIMITER:   `bare` | `swl` (this package) | `swlap` (this package, client with auto-pipelining)
  *                    | `swlnr` (this package over node-redis, the `redis` package, as the README recommends it)
- *                    | `swlfw`, `swltb`, `swlsl` (this package with the fixed window, token bucket or sliding log algorithm)
+ *                    | `swlfw`, `swltb`, `swlsl`, `swlpw` (this package with the fixed window, token bucket, sliding log or precise window algorithm)
  *                    | `floor` (no limiter: a hook that answers every request with the 429 this package sends) | `erl` (express-rate-limit + rate-limit-redis)
  *                    | `rlf` (rate-limiter-flexible RateLimiterRedis) | `frl` (@fastify/rate-limit)
  * - BENCH_LIMIT, BENCH_WINDOW_MS: the same limit for every limiter
@@ -31,7 +31,9 @@ const redisPort = Number(process.env.BENCH_REDIS_PORT ?? 6379);
 const clusterPorts = (process.env.BENCH_REDIS_CLUSTER ?? '').split(',').filter(Boolean).map(Number);
 const peerClient = process.env.BENCH_PEER_CLIENT ?? 'default';
 /** The algorithm of this package's limiter: the sliding window unless the limiter's name says another. */
-const algorithm = ({ swlfw: 'fixed-window', swltb: 'token-bucket', swlsl: 'sliding-log' } as const)[limiterName] ?? 'sliding-window';
+const algorithm =
+  ({ swlfw: 'fixed-window', swltb: 'token-bucket', swlsl: 'sliding-log', swlpw: 'precise-window' } as const)[limiterName] ??
+  'sliding-window';
 /** Each server counts under its own key prefix, so no two share (or clobber) a key. */
 const prefix = process.env.BENCH_PREFIX ?? `${framework}-${limiterName}`;
 
@@ -126,11 +128,19 @@ async function express(): Promise<(port: number) => Promise<number>> {
       break;
     case 'swl':
     case 'swlap':
-    case 'swlnr': {
+    case 'swlnr':
+    case 'swlpw': {
       const { rateLimit, RedisStore } = await import('../src/express');
       const client = await storeClient();
       app.use(
-        rateLimit({ store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) }),
+        rateLimit({
+          store: new RedisStore({ client }),
+          algorithm,
+          limit,
+          window: windowMs,
+          prefix,
+          identify: (request) => idOf(request.headers),
+        }),
       );
       break;
     }
@@ -202,7 +212,8 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
     case 'swlnr':
     case 'swlfw':
     case 'swltb':
-    case 'swlsl': {
+    case 'swlsl':
+    case 'swlpw': {
       const { rateLimitPlugin, RedisStore } = await import('../src/fastify');
       const client = await storeClient();
       await app.register(rateLimitPlugin, {
