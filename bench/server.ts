@@ -6,6 +6,7 @@
  * - BENCH_FRAMEWORK: `express` | `fastify`
  * - BENCH_LIMITER:   `bare` | `swl` (this package) | `swlap` (this package, client with auto-pipelining)
  *                    | `swlnr` (this package over node-redis, the `redis` package, as the README recommends it)
+ *                    | `incr` (no limiter: one auto-pipelined INCR + PEXPIRE per request, the floor of allowed traffic)
  *                    | `swlfw`, `swltb`, `swlsl`, `swlpw` (this package with the fixed window, token bucket, sliding log or precise window algorithm)
  *                    | `floor` (no limiter: a hook that answers every request with the 429 this package sends) | `erl` (express-rate-limit + rate-limit-redis)
  *                    | `rlf` (rate-limiter-flexible RateLimiterRedis) | `frl` (@fastify/rate-limit)
@@ -43,6 +44,19 @@ export const RECOMMENDED_CLIENT: RedisOptions = { enableOfflineQueue: false, max
 const WITH_AUTOPIPELINING: RedisOptions = { ...RECOMMENDED_CLIENT, enableAutoPipelining: true };
 
 const BODY = 'ok';
+
+/**
+ * The floor of allowed traffic (limiter `incr`): no limiter, one INCR and one PEXPIRE per request
+ * on an auto-pipelined client with this package's options, the least any Redis-backed limiter that
+ * counts a request can send. No limiter can beat it.
+ */
+async function incrementer(): Promise<(id: string) => Promise<unknown>> {
+  const client = await connect(WITH_AUTOPIPELINING);
+  return (id) => {
+    const key = `${prefix}:${id}`;
+    return Promise.all([client.incr(key), client.pexpire(key, windowMs)]);
+  };
+}
 
 async function connect(options: RedisOptions): Promise<Redis> {
   if (clusterPorts.length > 0) {
@@ -144,6 +158,13 @@ async function express(): Promise<(port: number) => Promise<number>> {
       );
       break;
     }
+    case 'incr': {
+      const count = await incrementer();
+      app.use((request, _response, next) => {
+        count(idOf(request.headers)).then(() => next(), next);
+      });
+      break;
+    }
     case 'floor':
       app.use((_request, response) => {
         const body = denial((name, value) => response.setHeader(name, value));
@@ -223,6 +244,13 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
         window: windowMs,
         prefix,
         identify: (request) => idOf(request.headers),
+      });
+      break;
+    }
+    case 'incr': {
+      const count = await incrementer();
+      app.addHook('onRequest', (request, _reply, done) => {
+        count(idOf(request.headers)).then(() => done(), done);
       });
       break;
     }
