@@ -5,12 +5,17 @@
  *
  * - `full`: with express, fastify, ioredis and their types: all three entries type-checked
  *   with module nodenext and with moduleResolution bundler, and a RedisStore over ioredis;
- * - `bare`: the tarball alone, as a MemoryStore user installs it (ratewarden/hono loads there too);
+ * - `bare`: the tarball alone, as a MemoryStore user installs it (ratewarden/hono and ratewarden/koa
+ *   load there too);
  * - `redis`: with node-redis (`redis`) and @types/node, without ioredis: a RedisStore over a
  *   node-redis client and cluster, made and type-checked;
  * - `frameworks`: with NestJS 12 (ES modules only, which Jest cannot load) and @nestjs/throttler 6,
- *   Hono and @hono/node-server, @opentelemetry/api and sdk-metrics 2.x: a Nest 12 app with the
- *   throttler storage, a Hono app with metrics, both on real sockets, and their types checked.
+ *   Hono and @hono/node-server, Koa and @koa/router, @opentelemetry/api and sdk-metrics 2.x: a
+ *   Nest 12 app with the throttler storage, a Hono app with metrics, a Koa app, all on real
+ *   sockets, and their types checked.
+ *
+ * The main entry's module graph (dist/index.mjs, dist/index.cjs and the chunks they load) is read
+ * for the packages it imports: none of the optional peers.
  *
  * npm installs from its cache when it can (`--prefer-offline`), asking for the versions
  * installed in this repository. The scripts and type checks of a project start as soon as
@@ -51,6 +56,9 @@ const PROJECTS = {
     'rxjs',
     'hono',
     '@hono/node-server',
+    'koa',
+    '@koa/router',
+    '@types/koa',
     '@opentelemetry/api',
     '@opentelemetry/sdk-metrics',
     '@types/node',
@@ -172,6 +180,36 @@ function located(error: string): string {
   return match ? `${match[1]}:${match[2]} ${match[3]}` : error;
 }
 
+/**
+ * The modules a built file imports: its static imports and re-exports (each on a line of its own
+ * in rollup's output), its `import(...)` and its `require(...)`.
+ */
+function specifiersOf(file: string): string[] {
+  const code = readFileSync(file, 'utf8');
+  const patterns = [
+    /^(?:import|export)\b[^;]*?\bfrom\s*['"]([^'"]+)['"]/gm,
+    /^import\s*['"]([^'"]+)['"]/gm,
+    /\b(?:import|require)\(\s*['"]([^'"]+)['"]\s*\)/g,
+  ];
+  return patterns.flatMap((pattern) => [...code.matchAll(pattern)].map((match) => match[1]));
+}
+
+/** The packages (and `node:` modules) imported by `file` and by the files of the package it loads, sorted. */
+function packagesImportedBy(file: string): string[] {
+  const packages = new Set<string>();
+  const seen = new Set<string>();
+  const queue = [file];
+  for (let next = queue.pop(); next !== undefined; next = queue.pop()) {
+    if (seen.has(next)) continue;
+    seen.add(next);
+    for (const specifier of specifiersOf(next)) {
+      if (specifier.startsWith('.')) queue.push(resolve(next, '..', specifier));
+      else packages.add(specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]);
+    }
+  }
+  return [...packages].sort();
+}
+
 describe('the packed tarball, installed with npm', () => {
   let work: string;
   const projects = {} as Record<Project, string>;
@@ -201,10 +239,11 @@ describe('the packed tarball, installed with npm', () => {
           typeChecks[`${project}/memory`] = start(typeCheck(dir, 'memory'));
         }
         if (project === 'frameworks') {
-          for (const file of ['nest12.mjs', 'hono.mjs', 'hono.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
+          for (const file of ['nest12.mjs', 'hono.mjs', 'hono.cjs', 'koa.mjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
           typeChecks[`${project}/frameworks`] = start(typeCheck(dir, 'frameworks'));
         }
-        if (project === 'bare') scripts['bare/hono-alone.mjs'] = start(runScript(dir, 'hono-alone.mjs'));
+        if (project === 'bare')
+          for (const file of ['hono-alone.mjs', 'koa-alone.mjs']) scripts[`bare/${file}`] = start(runScript(dir, file));
         if (project === 'redis') {
           for (const file of ['node-redis.mjs', 'node-redis.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
           typeChecks[`${project}/noderedis`] = start(typeCheck(dir, 'noderedis'));
@@ -237,6 +276,7 @@ describe('the packed tarball, installed with npm', () => {
       'fastify',
       'hono',
       '@hono/node-server',
+      'koa',
       '@nestjs/throttler',
       '@nestjs/common',
       '@opentelemetry/api',
@@ -297,6 +337,25 @@ describe('the packed tarball, installed with npm', () => {
 
   test('ratewarden/hono loads without hono or @hono/node-server installed, from import and require', async () => {
     expect(await scripts['bare/hono-alone.mjs']).toEqual({ esm: 'function', cjs: 'function' });
+  });
+
+  test('ratewarden/koa loads without koa installed, from import and require', async () => {
+    expect(await scripts['bare/koa-alone.mjs']).toEqual({ esm: 'function', cjs: 'function' });
+  });
+
+  test('Koa with @koa/router: the IP of the connection on ctx.state, a 429 with an exact Retry-After', async () => {
+    expect(await scripts['frameworks/koa.mjs']).toEqual({ identifier: 'ip:127.0.0.1', denied: [429, '120'] });
+  });
+
+  test.each(['index.mjs', 'index.cjs'])('the main entry (%s) and the chunks it loads import no optional peer, koa included', (file) => {
+    const { peerDependencies } = JSON.parse(readFileSync(installed('bare', 'package.json'), 'utf8')) as {
+      peerDependencies: Record<string, string>;
+    };
+    const imported = packagesImportedBy(installed('bare', 'dist', file));
+    expect(imported.filter((name) => name in peerDependencies)).toEqual([]);
+    // What it does import: Node's own modules only (node:crypto by the chunks it loads, so the walk reached them).
+    expect(imported.filter((name) => !name.startsWith('node:'))).toEqual([]);
+    expect(imported).toContain('node:crypto');
   });
 
   test('require gets the CommonJS builds of ratewarden/hono and ratewarden/nestjs', async () => {
