@@ -52,7 +52,15 @@ const VARIANTS: readonly Variant[] = [
   { algorithm: 'sliding-window', cost: 1, window: WINDOW, note: 'the target case: one request per identifier' },
   { algorithm: 'fixed-window', cost: 1, window: WINDOW, note: 'one request per identifier' },
   { algorithm: 'sliding-log', cost: 1, window: WINDOW, note: 'one request per identifier' },
-  { algorithm: 'precise-window', cost: 1, window: WINDOW, note: 'one request per identifier, default precision' },
+  // The precise window's key lives one window and one bucket after its write: at 1m, about as long
+  // as a loaded machine takes to write 1,000,000 keys. An hour keeps them all; the value has the
+  // same length (15 characters for one unit: bucket width, tail bucket and counts, in base 36).
+  {
+    algorithm: 'precise-window',
+    cost: 1,
+    window: '1h',
+    note: 'one request per identifier, default precision; an hour-long window so that no key expires during the run (at 1m the key lives 60.01 s), same value length as at 1m',
+  },
   {
     algorithm: 'sliding-window',
     cost: 10,
@@ -95,10 +103,22 @@ async function usedMemory(client: Redis): Promise<number> {
   return Number(/used_memory:(\d+)/.exec(info)![1]);
 }
 
-/** `used_memory` less the clients' buffers (`mem_clients_normal`), which a pipeline leaves behind for a while: the data's share. */
+/**
+ * `used_memory` less the clients' buffers (`mem_clients_normal`): the bench's own connection keeps a
+ * reply buffer of about 20 KB some of the time, which would weigh on rows with few identifiers.
+ */
 async function dataMemory(client: Redis): Promise<number> {
   const info = await client.info('memory');
   return Number(/used_memory:(\d+)/.exec(info)![1]) - Number(/mem_clients_normal:(\d+)/.exec(info)![1]);
+}
+
+/** Waits until `client` is the only client connected, so that no other client's buffers are counted. */
+async function alone(client: Redis): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    if (/connected_clients:1\b/.test(await client.info('clients'))) return;
+    await new Promise((done) => setTimeout(done, 50));
+  }
+  throw new Error('bench:memory: another client stays connected to the bench server');
 }
 
 /** Waits until the main and expires dictionaries have finished incremental rehashing, so no half-moved table is counted. */
@@ -298,14 +318,23 @@ function heldByPreciseWindow(value: Buffer): { units: number; buckets: number } 
   return { units, buckets };
 }
 
-async function measureFull(client: Redis, variant: FullVariant): Promise<FullRow> {
+/**
+ * Measures one fully used configuration. The requests go through a connection of their own, closed
+ * before memory is read again: the buffers a pipeline leaves on its connection are then not counted.
+ *
+ * @param connect - opens a new connection to the bench's server.
+ */
+async function measureFull(client: Redis, connect: () => Redis, variant: FullVariant): Promise<FullRow> {
   const { algorithm, limit, precision, spread } = variant;
   const ids = Math.max(1, Math.round(IDS / FULL_DIVISORS[limit as (typeof FULL_LIMITS)[number]]));
   const checks = 2 * limit;
   const limiter = createLimiter({ limit, window: WINDOW, algorithm, prefix: PREFIX, ...(precision === undefined ? {} : { precision }) });
   const { window } = limiter.tiers[0];
   const command = await prepare(client, algorithm, limiter);
+  await alone(client);
   const before = await dataMemory(client);
+  const writer = connect();
+  writer.defineCommand(command, { numberOfKeys: 1, lua: ALGORITHMS[algorithm].check.lua });
   const keys = Array.from({ length: ids }, (_, n) => limiter.keyFor(identifier(n)));
   // Passed as ARGV[1]: two windows of requests ending at the start of the current window. Each round
   // sends every identifier its next request, so each key is written again within a round's time
@@ -315,18 +344,25 @@ async function measureFull(client: Redis, variant: FullVariant): Promise<FullRow
   let allowed = 0;
   const started = process.hrtime.bigint();
   for (let k = 0; k < checks; k++) {
+    // One round: every identifier's k-th request, its pipelines sent together.
+    const sent: Promise<[Error | null, unknown][]>[] = [];
     for (let from = 0; from < ids; from += BATCH) {
-      const pipeline = client.pipeline() as unknown as Record<string, (...args: unknown[]) => unknown> & {
+      const pipeline = writer.pipeline() as unknown as Record<string, (...args: unknown[]) => unknown> & {
         exec(): Promise<[Error | null, unknown][]>;
       };
       for (let n = from; n < Math.min(ids, from + BATCH); n++) pipeline[command](keys[n], ...checkArgv(limiter, times[n][k], 1));
-      for (const [error, reply] of await pipeline.exec()) {
+      sent.push(pipeline.exec());
+    }
+    for (const results of await Promise.all(sent)) {
+      for (const [error, reply] of results) {
         if (error !== null) throw error;
         if ((reply as number[])[0] === 1) allowed++;
       }
     }
   }
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  await writer.quit();
+  await alone(client);
   await settle(client);
   const after = await dataMemory(client);
   const count = await client.dbsize();
@@ -364,7 +400,7 @@ function fullSection(rows: readonly FullRow[]): string[] {
     `Each identifier makes twice its limit in requests over two windows of ${WINDOW} (passed as ARGV \`now\`), evenly spaced or as Poisson arrivals at the same mean rate (seeded per identifier), ` +
       "as a client spending its whole limit would; the state left at the end is that client's steady state. Rounds send every identifier its next request, in pipelines of " +
       `${BATCH.toLocaleString('en-US')}, so no key expires during the run. The identifiers per limit are ${IDS.toLocaleString('en-US')} divided by a power of two: the key dictionaries are as full as in the table above, ` +
-      "so the rows compare with it. Bytes per identifier here leave out the clients' buffers (`used_memory` less `mem_clients_normal`), which pipelines leave behind for a while and which would weigh on the rows with few identifiers. The fixed window and the token bucket keep one number per tier, whatever the use: see the rows above.",
+      "so the rows compare with it. Memory here is `used_memory` less the clients' buffers (`mem_clients_normal`), and the requests go through a connection of their own, closed before memory is read again: the buffers of the connections (tens of KB, some of the time) would weigh on the rows with few identifiers. The fixed window and the token bucket keep one number per tier, whatever the use: see the rows above.",
     '',
   );
   lines.push(
@@ -626,7 +662,7 @@ async function main(): Promise<void> {
       process.stderr.write(
         `fully used: ${variant.algorithm}${variant.precision === undefined ? '' : `, precision ${variant.precision}`}, limit ${variant.limit}, ${variant.spread}... `,
       );
-      const row = await measureFull(client, variant);
+      const row = await measureFull(client, () => new Redis({ host: '127.0.0.1', port: redis.port }), variant);
       process.stderr.write(
         `${row.perIdentifier.toFixed(1)} bytes each, ${row.allowed.toFixed(1)} allowed of ${row.checks}, ${row.sample} (${row.seconds.toFixed(1)} s)\n`,
       );
