@@ -236,7 +236,8 @@ end
 
 /** The twins of the Lua helpers, under the same names. */
 
-function widthOf(window: number, precision: number): number {
+/** The width of a bucket in ms, for a window of `window` ms cut into `precision` buckets: never below 1 ms. */
+export function widthOf(window: number, precision: number): number {
   return Math.max(1, Math.floor(window / precision));
 }
 
