@@ -144,7 +144,7 @@ export interface ClientConfig {
  * The request timeout of GLIDE's recommended configuration here: the `timeoutMs` of the outage
  * tests (docs/valkey.md recommends the limiter's `timeoutMs`, or less).
  */
-export const GLIDE_FAULT_REQUEST_TIMEOUT_MS = 200;
+const GLIDE_FAULT_REQUEST_TIMEOUT_MS = 200;
 
 /**
  * The client configurations every outage test runs with: for ioredis, the README's
