@@ -8,6 +8,8 @@
  * - `bare`: the tarball alone, as a MemoryStore user installs it (ratewarden/hono loads there too);
  * - `redis`: with node-redis (`redis`) and @types/node, without ioredis: a RedisStore over a
  *   node-redis client and cluster, made and type-checked;
+ * - `valkey`: with Valkey GLIDE, iovalkey and @types/node, without ioredis and node-redis:
+ *   RedisStores over their standalone and cluster clients, made and type-checked;
  * - `frameworks`: with NestJS 12 (ES modules only, which Jest cannot load) and @nestjs/throttler 6,
  *   Hono and @hono/node-server, @opentelemetry/api and sdk-metrics 2.x: a Nest 12 app with the
  *   throttler storage, a Hono app with metrics, both on real sockets, and their types checked.
@@ -42,6 +44,7 @@ const PROJECTS = {
   full: ['ioredis', 'express', '@types/express', 'fastify', '@types/node'],
   bare: [],
   redis: ['redis', '@types/node'],
+  valkey: ['@valkey/valkey-glide', 'iovalkey', '@types/node'],
   frameworks: [
     '@nestjs/common@12',
     '@nestjs/core@12',
@@ -77,6 +80,10 @@ const TSCONFIGS = {
   noderedis: {
     compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
     files: ['node-redis.ts', 'node-redis.cts'],
+  },
+  valkey: {
+    compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
+    files: ['valkey.ts'],
   },
   frameworks: {
     compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext', experimentalDecorators: true },
@@ -172,6 +179,17 @@ function located(error: string): string {
   return match ? `${match[1]}:${match[2]} ${match[3]}` : error;
 }
 
+/** The module specifiers a built file imports or requires (static and dynamic). */
+function importedBy(code: string): string[] {
+  const patterns = [
+    /^\s*(?:import|export)\b[^'"]*?\bfrom\s*['"]([^'"]+)['"]/gm,
+    /^\s*import\s*['"]([^'"]+)['"]/gm,
+    /\brequire\(\s*['"]([^'"]+)['"]\s*\)/g,
+    /\bimport\(\s*['"]([^'"]+)['"]\s*\)/g,
+  ];
+  return patterns.flatMap((pattern) => [...code.matchAll(pattern)].map((match) => match[1]));
+}
+
 describe('the packed tarball, installed with npm', () => {
   let work: string;
   const projects = {} as Record<Project, string>;
@@ -209,6 +227,10 @@ describe('the packed tarball, installed with npm', () => {
           for (const file of ['node-redis.mjs', 'node-redis.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
           typeChecks[`${project}/noderedis`] = start(typeCheck(dir, 'noderedis'));
         }
+        if (project === 'valkey') {
+          for (const file of ['valkey.mjs', 'valkey.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
+          typeChecks[`${project}/valkey`] = start(typeCheck(dir, 'valkey'));
+        }
       }),
     );
     // Waited for here, under this hook's timeout, rather than under each test's.
@@ -233,6 +255,8 @@ describe('the packed tarball, installed with npm', () => {
     const peers = [
       'ioredis',
       'redis',
+      '@valkey/valkey-glide',
+      'iovalkey',
       'express',
       'fastify',
       'hono',
@@ -249,6 +273,26 @@ describe('the packed tarball, installed with npm', () => {
     expect(existsSync(join(projects.redis, 'node_modules', 'ioredis'))).toBe(false);
     expect(existsSync(join(projects.redis, 'node_modules', 'redis'))).toBe(true);
   });
+
+  test.each(['index.mjs', 'index.cjs'])(
+    'the main entry (%s) and every file it loads import Node built-ins only: no Redis or Valkey client library',
+    (entry) => {
+      const dist = installed('bare', 'dist');
+      const loaded = new Set<string>();
+      const packages = new Set<string>();
+      const visit = (file: string): void => {
+        if (loaded.has(file)) return;
+        loaded.add(file);
+        for (const specifier of importedBy(readFileSync(join(dist, file), 'utf8'))) {
+          if (specifier.startsWith('./')) visit(specifier.slice(2));
+          else packages.add(specifier);
+        }
+      };
+      visit(entry);
+      expect(loaded.size).toBeGreaterThan(1);
+      expect([...packages].filter((name) => !name.startsWith('node:'))).toEqual([]);
+    },
+  );
 
   describe.each(PROJECT_NAMES)('in the %s project', (project) => {
     const works = { allowed: [true, false], timeoutIsRateLimitTimeoutError: true, sameMemoryStore: true, plugin: 'function' };
@@ -321,6 +365,23 @@ describe('the packed tarball, installed with npm', () => {
       expect(await scripts[`redis/${file}`]).toEqual({ redisStore: true, clusterStore: true, refused: 'SWL_STORE_UNAVAILABLE' });
     },
   );
+
+  test.each(['valkey.mjs', 'valkey.cjs'])(
+    'with Valkey GLIDE and iovalkey installed, and neither ioredis nor node-redis, %s makes RedisStores over their clients',
+    async (file) => {
+      expect(await scripts[`valkey/${file}`]).toEqual(
+        file.endsWith('.mjs')
+          ? { stores: [true, true, true, true], sharded: [false, true, false, true] }
+          : { stores: [true, true], sharded: [false, false] },
+      );
+    },
+  );
+
+  test('with Valkey GLIDE and iovalkey installed, RedisStores over their clients type-check (skipLibCheck false)', async () => {
+    const check = await typeChecks['valkey/valkey'];
+    expect(check.errors).toEqual([]);
+    expect(check.files).toEqual(expect.arrayContaining([installed('valkey', 'dist', 'index.d.mts')]));
+  });
 
   test('with node-redis installed and not ioredis, RedisStores over createClient() and createCluster() type-check (skipLibCheck false)', async () => {
     const check = await typeChecks['redis/noderedis'];
