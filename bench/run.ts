@@ -55,7 +55,7 @@ const WINDOW_MS = 60_000;
 const IDS = 100_000;
 
 type Framework = 'express' | 'fastify';
-type LimiterName = 'bare' | 'floor' | 'swl' | 'swlap' | 'swlnr' | 'swlfw' | 'swltb' | 'swlsl' | 'erl' | 'rlf' | 'frl';
+type LimiterName = 'bare' | 'floor' | 'swl' | 'swlap' | 'swlnr' | 'swlgl' | 'swliv' | 'swlfw' | 'swltb' | 'swlsl' | 'erl' | 'rlf' | 'frl';
 
 const LIMITER_LABELS: Record<LimiterName, string> = {
   bare: 'bare (no limiter)',
@@ -63,6 +63,8 @@ const LIMITER_LABELS: Record<LimiterName, string> = {
   swl: '**ratewarden** (this package)',
   swlap: 'ratewarden, client with auto-pipelining',
   swlnr: 'ratewarden over node-redis (the `redis` package)',
+  swlgl: 'ratewarden over Valkey GLIDE (`@valkey/valkey-glide`)',
+  swliv: 'ratewarden over iovalkey',
   swlfw: 'ratewarden, fixed window',
   swltb: 'ratewarden, token bucket',
   swlsl: 'ratewarden, sliding log',
@@ -73,7 +75,7 @@ const LIMITER_LABELS: Record<LimiterName, string> = {
 
 const CONFIGS: readonly { framework: Framework; limiters: readonly LimiterName[] }[] = [
   { framework: 'express', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'erl', 'rlf'] },
-  { framework: 'fastify', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlap', 'swlfw', 'swltb', 'swlsl', 'frl', 'rlf'] },
+  { framework: 'fastify', limiters: ['bare', 'floor', 'swl', 'swlnr', 'swlgl', 'swliv', 'swlap', 'swlfw', 'swltb', 'swlsl', 'frl', 'rlf'] },
 ];
 
 interface Scenario {
@@ -408,7 +410,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
   );
   lines.push(`| frameworks | express ${version('express')}, fastify ${version('fastify')} |`);
   lines.push(
-    `| libraries | ioredis ${version('ioredis')}, node-redis (\`redis\`) ${version('redis')}, express-rate-limit ${version('express-rate-limit')}, rate-limit-redis ${version('rate-limit-redis')}, rate-limiter-flexible ${version('rate-limiter-flexible')}, @fastify/rate-limit ${version('@fastify/rate-limit')} |`,
+    `| libraries | ioredis ${version('ioredis')}, node-redis (\`redis\`) ${version('redis')}, Valkey GLIDE (\`@valkey/valkey-glide\`) ${version('@valkey/valkey-glide')}, iovalkey ${version('iovalkey')}, express-rate-limit ${version('express-rate-limit')}, rate-limit-redis ${version('rate-limit-redis')}, rate-limiter-flexible ${version('rate-limiter-flexible')}, @fastify/rate-limit ${version('@fastify/rate-limit')} |`,
   );
   lines.push(
     `| load generator | wrk ${wrkVersion()}, a separate C process (not in the server's event loop): \`${wrkLine}\`; before each round, ${WARMUP} s of unmeasured warm-up load on the round's fresh server. (b): each request's \`x-id\` drawn at random from ${IDS.toLocaleString('en-US')} ids by a Lua \`request()\`; (c): a Lua \`response()\` counts the statuses, in every cell of (c), bare included |`,
@@ -424,7 +426,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     `| same for all | route \`GET /\` answering \`ok\` (text); identifier: the \`x-id\` request header, for every limiter; limit ${HIGH_LIMIT.toLocaleString('en-US')} per ${WINDOW_MS / 1000} s in (a) and (b) (never reached), ${LOW_LIMIT} per ${WINDOW_MS / 1000} s in (c); each limiter sends its default (legacy \`X-RateLimit-*\`) headers |`,
   );
   lines.push(
-    `| Redis clients | this package: ioredis \`{ enableOfflineQueue: false, maxRetriesPerRequest: 1 }\` (the README's recommendation, auto-pipelining off), and the same with \`enableAutoPipelining: true\` in the "with auto-pipelining" rows; node-redis \`createClient({ disableOfflineQueue: true })\` (the README's recommendation) in the "over node-redis" rows; peers: ${PEER_CLIENT === 'same' ? 'the same options as this package' : 'a default ioredis client, as their READMEs show (no auto-pipelining)'} |`,
+    `| Redis clients | this package: ioredis \`{ enableOfflineQueue: false, maxRetriesPerRequest: 1 }\` (the README's recommendation, auto-pipelining off), and the same with \`enableAutoPipelining: true\` in the "with auto-pipelining" rows; node-redis \`createClient({ disableOfflineQueue: true })\` (the README's recommendation) in the "over node-redis" rows; GLIDE \`GlideClient.createClient({ requestTimeout: 500 })\` (the limiter's \`timeoutMs\`, as docs/valkey.md recommends; its Rust core's threads run in the server process, on its CPU) and iovalkey with ioredis's options in their rows, and the same on the cluster (\`GlideClusterClient\`, iovalkey \`Cluster\`); peers: ${PEER_CLIENT === 'same' ? 'the same options as this package' : 'a default ioredis client, as their READMEs show (no auto-pipelining)'} |`,
   );
   lines.push('');
   if (loaded) {
@@ -458,7 +460,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
   lines.push(
     "Ratio to bare = requests/s of this package (ioredis client as the README recommends, without auto-pipelining) ÷ the bare framework's, from the table above; " +
       '× best peer = its requests/s ÷ those of the fastest peer library in the same framework and scenario. ' +
-      "Also: the same ratio over node-redis (client as the README recommends) and with auto-pipelining, and, for reading through noise, the CPU ratio = bare server CPU µs per request ÷ the limited server's " +
+      "Also: the same ratio over node-redis (client as the README recommends), over Valkey GLIDE and iovalkey (Fastify), and with auto-pipelining, and, for reading through noise, the CPU ratio = bare server CPU µs per request ÷ the limited server's " +
       "(the throughput ratio a CPU-bound server would show; it leaves out redis-server's own CPU).",
     '',
   );
@@ -472,8 +474,8 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     '',
   );
   lines.push(
-    '| framework | scenario | target | ratio to bare | best peer (its ratio) | × best peer | Redis CPU × thriftiest peer | | over node-redis | with auto-pipelining | CPU ratio | CPU ratio over node-redis | CPU ratio with auto-pipelining | floor ratio | this package, of floor |',
-    '| --- | --- | --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| framework | scenario | target | ratio to bare | best peer (its ratio) | × best peer | Redis CPU × thriftiest peer | | over node-redis | over GLIDE | over iovalkey | with auto-pipelining | CPU ratio | CPU ratio over node-redis | CPU ratio over GLIDE | CPU ratio with auto-pipelining | floor ratio | this package, of floor |',
+    '| --- | --- | --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   );
   const fmt = (n: number | undefined): string => (n === undefined ? '' : n.toFixed(2));
   for (const target of TARGETS) {
@@ -494,7 +496,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
       (maxRedisCpuOverBestPeer === undefined || (redisCpu !== undefined && redisCpu.ratio <= maxRedisCpuOverBestPeer));
     const peerText = peer === undefined ? '' : `${LIMITER_LABELS[peer].split(' (')[0]} (${fmt(ratioOf(cells, framework, peer, scenario))})`;
     lines.push(
-      `| ${framework} | (${scenario}) | ${wanted.join(', ')} | ${ratio.toFixed(2)} | ${peerText} | ${overPeer === undefined ? '' : overPeer.toFixed(3)} | ${redisCpu === undefined ? '' : `${redisCpu.ratio.toFixed(2)} (${redisCpu.peer})`} | ${met ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, framework, 'swlnr', scenario))} | ${fmt(ratioOf(cells, framework, 'swlap', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlnr', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlap', scenario))} | ${fmt(ratioOf(cells, framework, 'floor', scenario))} | ${fmt(ratioBetween(cells, framework, 'swl', 'floor', scenario))} |`,
+      `| ${framework} | (${scenario}) | ${wanted.join(', ')} | ${ratio.toFixed(2)} | ${peerText} | ${overPeer === undefined ? '' : overPeer.toFixed(3)} | ${redisCpu === undefined ? '' : `${redisCpu.ratio.toFixed(2)} (${redisCpu.peer})`} | ${met ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, framework, 'swlnr', scenario))} | ${fmt(ratioOf(cells, framework, 'swlgl', scenario))} | ${fmt(ratioOf(cells, framework, 'swliv', scenario))} | ${fmt(ratioOf(cells, framework, 'swlap', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlnr', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlgl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlap', scenario))} | ${fmt(ratioOf(cells, framework, 'floor', scenario))} | ${fmt(ratioBetween(cells, framework, 'swl', 'floor', scenario))} |`,
     );
   }
   lines.push('');
