@@ -176,7 +176,7 @@ const GLIDE: RedisClientKind = {
   cluster() {
     return glide().GlideClusterClient.createClient({ addresses: clusterNodes(), requestTimeout: GLIDE_REQUEST_TIMEOUT_MS });
   },
-  // GLIDE waits a random time up to factor * exponentBase ^ attempt (ms) before each attempt.
+  // GLIDE waits factor * exponentBase ^ attempt ms (±20 %) before each attempt, at most numberOfRetries times larger.
   reconnectingFast: { connectionBackoff: { numberOfRetries: 1, factor: 20, exponentBase: 1 } },
 };
 

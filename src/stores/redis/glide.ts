@@ -20,7 +20,7 @@ import { type ClientHooks, evalScript, type RedisClientAdapter, sharedState, sto
 const DECODE_STRINGS = 1;
 
 /** The routes of GLIDE's cluster client this package uses: any node, every primary, or one node by its address. */
-export type GlideRoute = 'randomNode' | 'allPrimaries' | { readonly type: 'routeByAddress'; readonly host: string; readonly port: number };
+type GlideRoute = 'randomNode' | 'allPrimaries' | { readonly type: 'routeByAddress'; readonly host: string; readonly port: number };
 
 /** The parts of a GLIDE `GlideClient` (standalone) this package uses. */
 export interface GlideClient {
@@ -173,8 +173,11 @@ class StandaloneConnection {
         this.readPolicy();
       },
       (error: unknown) => {
-        // A closed client stays closed: its checks fail at once anyway (GLIDE's ClosingError).
-        if (error instanceof Error && error.name === 'ClosingError') return;
+        // A closed client stays closed, and says so at once to every command (GLIDE's ClosingError).
+        if (error instanceof Error && error.name === 'ClosingError') {
+          this.down = false;
+          return;
+        }
         setTimeout(() => this.probe(), PROBE_PAUSE_MS).unref();
       },
     );
