@@ -55,7 +55,22 @@ const WINDOW_MS = 60_000;
 const IDS = 100_000;
 
 type Framework = 'express' | 'fastify';
-type LimiterName = 'bare' | 'floor' | 'incr' | 'swl' | 'swlap' | 'swlnr' | 'swlfw' | 'swltb' | 'swlsl' | 'swlpw' | 'erl' | 'rlf' | 'frl';
+type LimiterName =
+  | 'bare'
+  | 'floor'
+  | 'incr'
+  | 'swl'
+  | 'swlap'
+  | 'swlnr'
+  | 'swlgl'
+  | 'swliv'
+  | 'swlfw'
+  | 'swltb'
+  | 'swlsl'
+  | 'swlpw'
+  | 'erl'
+  | 'rlf'
+  | 'frl';
 
 const LIMITER_LABELS: Record<LimiterName, string> = {
   bare: 'bare (no limiter)',
@@ -64,6 +79,8 @@ const LIMITER_LABELS: Record<LimiterName, string> = {
   swl: '**ratewarden** (this package)',
   swlap: 'ratewarden, client with auto-pipelining',
   swlnr: 'ratewarden over node-redis (the `redis` package)',
+  swlgl: 'ratewarden over Valkey GLIDE (`@valkey/valkey-glide`)',
+  swliv: 'ratewarden over iovalkey',
   swlfw: 'ratewarden, fixed window',
   swltb: 'ratewarden, token bucket',
   swlsl: 'ratewarden, sliding log',
@@ -75,7 +92,10 @@ const LIMITER_LABELS: Record<LimiterName, string> = {
 
 const CONFIGS: readonly { framework: Framework; limiters: readonly LimiterName[] }[] = [
   { framework: 'express', limiters: ['bare', 'floor', 'incr', 'swl', 'swlnr', 'swlap', 'swlpw', 'erl', 'rlf'] },
-  { framework: 'fastify', limiters: ['bare', 'floor', 'incr', 'swl', 'swlnr', 'swlap', 'swlfw', 'swltb', 'swlsl', 'swlpw', 'frl', 'rlf'] },
+  {
+    framework: 'fastify',
+    limiters: ['bare', 'floor', 'incr', 'swl', 'swlnr', 'swlgl', 'swliv', 'swlap', 'swlfw', 'swltb', 'swlsl', 'swlpw', 'frl', 'rlf'],
+  },
 ];
 
 interface Scenario {
@@ -461,7 +481,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
   );
   lines.push(`| frameworks | express ${version('express')}, fastify ${version('fastify')} |`);
   lines.push(
-    `| libraries | ioredis ${version('ioredis')}, node-redis (\`redis\`) ${version('redis')}, express-rate-limit ${version('express-rate-limit')}, rate-limit-redis ${version('rate-limit-redis')}, rate-limiter-flexible ${version('rate-limiter-flexible')}, @fastify/rate-limit ${version('@fastify/rate-limit')} |`,
+    `| libraries | ioredis ${version('ioredis')}, node-redis (\`redis\`) ${version('redis')}, Valkey GLIDE (\`@valkey/valkey-glide\`) ${version('@valkey/valkey-glide')}, iovalkey ${version('iovalkey')}, express-rate-limit ${version('express-rate-limit')}, rate-limit-redis ${version('rate-limit-redis')}, rate-limiter-flexible ${version('rate-limiter-flexible')}, @fastify/rate-limit ${version('@fastify/rate-limit')} |`,
   );
   lines.push(
     `| load generator | wrk ${wrkVersion()}, a separate C process (not in the server's event loop): \`${wrkLine}\`; before each round, ${WARMUP} s of unmeasured warm-up load on the round's fresh server. (b): each request's \`x-id\` drawn at random from ${IDS.toLocaleString('en-US')} ids by a Lua \`request()\`; (c): a Lua \`response()\` counts the statuses, in every cell of (c), bare included |`,
@@ -477,7 +497,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     `| same for all | route \`GET /\` answering \`ok\` (text); identifier: the \`x-id\` request header, for every limiter; limit ${HIGH_LIMIT.toLocaleString('en-US')} per ${WINDOW_MS / 1000} s in (a) and (b) (never reached), ${LOW_LIMIT} per ${WINDOW_MS / 1000} s in (c); each limiter sends its default (legacy \`X-RateLimit-*\`) headers |`,
   );
   lines.push(
-    `| Redis clients | this package: ioredis \`{ enableOfflineQueue: false, maxRetriesPerRequest: 1 }\` (the README's recommendation, auto-pipelining off), and the same with \`enableAutoPipelining: true\` in the "with auto-pipelining" rows; node-redis \`createClient({ disableOfflineQueue: true })\` (the README's recommendation) in the "over node-redis" rows; peers: ${PEER_CLIENT === 'same' ? 'the same options as this package' : 'a default ioredis client, as their READMEs show (no auto-pipelining)'} |`,
+    `| Redis clients | this package: ioredis \`{ enableOfflineQueue: false, maxRetriesPerRequest: 1 }\` (the README's recommendation, auto-pipelining off), and the same with \`enableAutoPipelining: true\` in the "with auto-pipelining" rows; node-redis \`createClient({ disableOfflineQueue: true })\` (the README's recommendation) in the "over node-redis" rows; GLIDE \`GlideClient.createClient({ requestTimeout: 500 })\` (the limiter's \`timeoutMs\`, as docs/valkey.md recommends; its Rust core's threads run in the server process, on its CPU) and iovalkey with ioredis's options in their rows, and the same on the cluster (\`GlideClusterClient\`, iovalkey \`Cluster\`); peers: ${PEER_CLIENT === 'same' ? 'the same options as this package' : 'a default ioredis client, as their READMEs show (no auto-pipelining)'} |`,
   );
   lines.push('');
   if (loaded) {
@@ -514,12 +534,12 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
       "p99 × best peer = this package's p99 latency ÷ that peer's (at most 1: a tail no worse than the peer's). " +
       "Redis CPU × thriftiest peer = this package's redis-server CPU µs per request (every master summed on the cluster) ÷ that of the peer library with the lowest. " +
       'Of floor = this package ÷ the floor row of the scenario: in (c), no limiter and the same 429 for every request; elsewhere, no limiter and one auto-pipelined INCR + PEXPIRE per request, which no Redis-backed limiter that counts can beat. ' +
-      "Also: the ratio to bare over node-redis (client as the README recommends), with auto-pipelining, and with the precise window; and, for reading through noise, the CPU ratio = bare server CPU µs per request ÷ the limited server's (the throughput ratio a CPU-bound server would show; it leaves out redis-server's own CPU).",
+      "Also: the ratio to bare over node-redis (client as the README recommends), over Valkey GLIDE and iovalkey (Fastify), with auto-pipelining, and with the precise window; and, for reading through noise, the CPU ratio = bare server CPU µs per request ÷ the limited server's (the throughput ratio a CPU-bound server would show; it leaves out redis-server's own CPU).",
     '',
   );
   lines.push(
-    '| framework | scenario | target | ratio to bare | best peer (its ratio) | × best peer | p99 × best peer | Redis CPU × thriftiest peer | | of floor | over node-redis | node-redis of floor | with auto-pipelining | precise window | CPU ratio |',
-    '| --- | --- | --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| framework | scenario | target | ratio to bare | best peer (its ratio) | × best peer | p99 × best peer | Redis CPU × thriftiest peer | | of floor | over node-redis | node-redis of floor | over GLIDE | over iovalkey | with auto-pipelining | precise window | CPU ratio |',
+    '| --- | --- | --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   );
   for (const target of TARGETS) {
     const { framework, scenario, minRatio, minOverBestPeer, maxRedisCpuOverBestPeer } = target;
@@ -547,7 +567,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     const peerText =
       peer === undefined ? '' : `${LIMITER_LABELS[peer].split(' (')[0]} (${peerRatio === undefined ? '' : peerRatio.median.toFixed(2)})`;
     lines.push(
-      `| ${framework} | (${scenario}) | ${wanted.join(', ')} | ${fmtSpread(ratio)} | ${peerText} | ${fmtSpread(overPeer)} | ${fmtSpread(p99)} | ${redisCpu === undefined ? '' : `${fmtSpread(redisCpu.ratio)} (${redisCpu.peer})`} | ${met ? 'met' : '**missed**'} | ${fmtSpread(ratioBetween(cells, framework, 'swl', floor, scenario))} | ${fmtSpread(ratioOf(cells, framework, 'swlnr', scenario))} | ${fmtSpread(ratioBetween(cells, framework, 'swlnr', floor, scenario))} | ${fmtSpread(ratioOf(cells, framework, 'swlap', scenario))} | ${fmtSpread(ratioOf(cells, framework, 'swlpw', scenario))} | ${fmtSpread(cpuRatioOf(cells, framework, 'swl', scenario))} |`,
+      `| ${framework} | (${scenario}) | ${wanted.join(', ')} | ${fmtSpread(ratio)} | ${peerText} | ${fmtSpread(overPeer)} | ${fmtSpread(p99)} | ${redisCpu === undefined ? '' : `${fmtSpread(redisCpu.ratio)} (${redisCpu.peer})`} | ${met ? 'met' : '**missed**'} | ${fmtSpread(ratioBetween(cells, framework, 'swl', floor, scenario))} | ${fmtSpread(ratioOf(cells, framework, 'swlnr', scenario))} | ${fmtSpread(ratioBetween(cells, framework, 'swlnr', floor, scenario))} | ${fmtSpread(ratioOf(cells, framework, 'swlgl', scenario))} | ${fmtSpread(ratioOf(cells, framework, 'swliv', scenario))} | ${fmtSpread(ratioOf(cells, framework, 'swlap', scenario))} | ${fmtSpread(ratioOf(cells, framework, 'swlpw', scenario))} | ${fmtSpread(cpuRatioOf(cells, framework, 'swl', scenario))} |`,
     );
   }
   lines.push('');

@@ -2,7 +2,7 @@ import { ALGORITHMS } from '../algorithms';
 import { RELEASE } from '../algorithms/lease';
 import type { AlgorithmName, AlgorithmScripts, LeaseScript, RawReply } from '../algorithms/types';
 import type { Done } from '../async';
-import type { Warnings } from '../errors';
+import { RateLimitTimeoutError, type Warnings } from '../errors';
 import { LimiterMetrics } from '../metrics';
 import { LEASE_CHANGE_REPLY, type LeaseCall, type ScriptCall } from '../protocol';
 import type { CallbackStore, Store } from '../stores/types';
@@ -292,9 +292,11 @@ class RateLimiter implements LimiterCore {
         return;
       }
       // A failure that came at once (the connection is down) does not open the breaker: it spares
-      // nobody a wait, and would only delay limiting once the store is back. It fails a probe.
+      // nobody a wait, and would only delay limiting once the store is back. It fails a probe. A
+      // timeout the store reports itself (a client's own request timeout, as GLIDE's) is a timeout.
       if (raw === undefined) {
-        breaker?.failedAtOnce(error);
+        if (error instanceof RateLimitTimeoutError) breaker?.failed(error);
+        else breaker?.failedAtOnce(error);
         check.answered(error);
         return;
       }

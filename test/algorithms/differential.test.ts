@@ -10,10 +10,13 @@
  * algorithm promises) and PERSIST, leaving expiry to the logic, which ignores stale
  * state by window index / score anyway.
  *
- * The RedisStore runs on ioredis and on node-redis; the raw Lua comparison uses ioredis.
+ * The RedisStore runs on ioredis, node-redis, iovalkey and Valkey GLIDE; the raw Lua comparison
+ * uses ioredis.
  */
 import { isDeepStrictEqual } from 'node:util';
+import type { GlideClient } from '@valkey/valkey-glide';
 import type { Redis } from 'ioredis';
+import { Redis as IoValkey } from 'iovalkey';
 import { createClient, type RedisClientType } from 'redis';
 import { createLimiter, type Decision, MemoryStore, RedisStore, type RedisStoreClient } from '../../src';
 import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../src/algorithms';
@@ -22,18 +25,24 @@ import type { AlgorithmName, MemoryResult } from '../../src/algorithms/types';
 import { BATCH_SLOT, batchArgv, batchReply, scriptArgv } from '../../src/protocol';
 import type { Tier } from '../../src/tiers';
 import { mulberry32 as seeded } from '../../support/random';
-import { redisClient, redisUrl, uniquePrefix } from '../helpers/redis';
+import { addressOf, GLIDE_REQUEST_TIMEOUT_MS, glide, redisClient, redisUrl, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;
 let nodeRedis: RedisClientType;
+let iovalkey: IoValkey;
+let glideClient: GlideClient;
 beforeAll(async () => {
   client = redisClient();
   nodeRedis = createClient({ url: redisUrl() });
   await nodeRedis.connect();
+  iovalkey = new IoValkey(redisUrl());
+  glideClient = await glide().GlideClient.createClient({ addresses: [addressOf(redisUrl())], requestTimeout: GLIDE_REQUEST_TIMEOUT_MS });
 });
 afterAll(async () => {
   client.disconnect();
   nodeRedis.destroy();
+  iovalkey.disconnect();
+  glideClient.close();
 });
 
 const WINDOWS = [1, 7, 100, 250, 1_000, 1_500, 10_000, 60_000];
@@ -158,6 +167,32 @@ function persistingNodeRedis(redis: RedisClientType, ttl: { last: number | undef
   });
 }
 
+/**
+ * The same for GLIDE: its `customCommand` of a script (EVALSHA, or EVAL after NOSCRIPT) is sent
+ * as an atomic batch (`MULTI ... EXEC`) with the PTTL and PERSIST. A script's error (NOSCRIPT) is
+ * thrown as GLIDE would throw it outside a batch, so the store's fallback to EVAL runs as usual.
+ */
+function persistingGlide(redis: GlideClient, ttl: { last: number | undefined }): GlideClient {
+  return new Proxy(redis, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target) as unknown;
+      if (property === 'customCommand') {
+        return async (args: string[], options?: object) => {
+          if (args[0] !== 'EVALSHA' && args[0] !== 'EVAL') return target.customCommand(args, options);
+          const keys = args.slice(3, 3 + Number(args[2]));
+          const batch = new (glide().Batch)(true).customCommand(args).pttl(keys[0]);
+          for (const key of keys) batch.persist(key);
+          const results = (await target.exec(batch, false))!;
+          if (results[0] instanceof Error) throw results[0];
+          ttl.last = results[1] as number;
+          return results[0];
+        };
+      }
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
 /**
@@ -168,6 +203,8 @@ const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 const ttl: { last: number | undefined } = { last: undefined };
 let wrappedIoredis: Redis | undefined;
 let wrappedNodeRedis: RedisClientType | undefined;
+let wrappedIovalkey: Redis | undefined;
+let wrappedGlide: GlideClient | undefined;
 
 function persistingIoredis(): Redis {
   wrappedIoredis ??= persistingClient(client, ttl);
@@ -182,6 +219,9 @@ function persistingNodeRedisClient(): RedisClientType {
 const STORE_CLIENTS: [string, () => RedisStoreClient][] = [
   ['ioredis', persistingIoredis],
   ['node-redis', persistingNodeRedisClient],
+  // iovalkey is ioredis's API: the same proxy.
+  ['iovalkey', () => (wrappedIovalkey ??= persistingClient(iovalkey as unknown as Redis, ttl))],
+  ['glide', () => (wrappedGlide ??= persistingGlide(glideClient, ttl))],
 ];
 
 /** Expects each count named in `minimums` to be above its minimum; the failure names every one that is not. */

@@ -9,6 +9,8 @@
  *   load there too);
  * - `redis`: with node-redis (`redis`) and @types/node, without ioredis: a RedisStore over a
  *   node-redis client and cluster, made and type-checked;
+ * - `valkey`: with Valkey GLIDE, iovalkey and @types/node, without ioredis and node-redis:
+ *   RedisStores over their standalone and cluster clients, made and type-checked;
  * - `frameworks`: with NestJS 12 (ES modules only, which Jest cannot load) and @nestjs/throttler 6,
  *   Hono and @hono/node-server, Koa and @koa/router, @opentelemetry/api and sdk-metrics 2.x: a
  *   Nest 12 app with the throttler storage, a Hono app with metrics, a Koa app, all on real
@@ -47,6 +49,7 @@ const PROJECTS = {
   full: ['ioredis', 'express', '@types/express', 'fastify', '@types/node'],
   bare: [],
   redis: ['redis', '@types/node'],
+  valkey: ['@valkey/valkey-glide', 'iovalkey', '@types/node'],
   frameworks: [
     '@nestjs/common@12',
     '@nestjs/core@12',
@@ -85,6 +88,10 @@ const TSCONFIGS = {
   noderedis: {
     compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
     files: ['node-redis.ts', 'node-redis.cts'],
+  },
+  valkey: {
+    compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
+    files: ['valkey.ts'],
   },
   frameworks: {
     compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext', experimentalDecorators: true },
@@ -248,6 +255,10 @@ describe('the packed tarball, installed with npm', () => {
           for (const file of ['node-redis.mjs', 'node-redis.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
           typeChecks[`${project}/noderedis`] = start(typeCheck(dir, 'noderedis'));
         }
+        if (project === 'valkey') {
+          for (const file of ['valkey.mjs', 'valkey.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
+          typeChecks[`${project}/valkey`] = start(typeCheck(dir, 'valkey'));
+        }
       }),
     );
     // Waited for here, under this hook's timeout, rather than under each test's.
@@ -272,6 +283,8 @@ describe('the packed tarball, installed with npm', () => {
     const peers = [
       'ioredis',
       'redis',
+      '@valkey/valkey-glide',
+      'iovalkey',
       'express',
       'fastify',
       'hono',
@@ -347,16 +360,19 @@ describe('the packed tarball, installed with npm', () => {
     expect(await scripts['frameworks/koa.mjs']).toEqual({ identifier: 'ip:127.0.0.1', denied: [429, '120'] });
   });
 
-  test.each(['index.mjs', 'index.cjs'])('the main entry (%s) and the chunks it loads import no optional peer, koa included', (file) => {
-    const { peerDependencies } = JSON.parse(readFileSync(installed('bare', 'package.json'), 'utf8')) as {
-      peerDependencies: Record<string, string>;
-    };
-    const imported = packagesImportedBy(installed('bare', 'dist', file));
-    expect(imported.filter((name) => name in peerDependencies)).toEqual([]);
-    // What it does import: Node's own modules only (node:crypto by the chunks it loads, so the walk reached them).
-    expect(imported.filter((name) => !name.startsWith('node:'))).toEqual([]);
-    expect(imported).toContain('node:crypto');
-  });
+  test.each(['index.mjs', 'index.cjs'])(
+    'the main entry (%s) and the chunks it loads import no optional peer (a Redis or Valkey client, koa...)',
+    (file) => {
+      const { peerDependencies } = JSON.parse(readFileSync(installed('bare', 'package.json'), 'utf8')) as {
+        peerDependencies: Record<string, string>;
+      };
+      const imported = packagesImportedBy(installed('bare', 'dist', file));
+      expect(imported.filter((name) => name in peerDependencies)).toEqual([]);
+      // What it does import: Node's own modules only (node:crypto by the chunks it loads, so the walk reached them).
+      expect(imported.filter((name) => !name.startsWith('node:'))).toEqual([]);
+      expect(imported).toContain('node:crypto');
+    },
+  );
 
   test('require gets the CommonJS builds of ratewarden/hono and ratewarden/nestjs', async () => {
     expect(await scripts['frameworks/hono.cjs']).toEqual({ rateLimit: 'function', byIp: true, storage: 'function', sameMemoryStore: true });
@@ -380,6 +396,23 @@ describe('the packed tarball, installed with npm', () => {
       expect(await scripts[`redis/${file}`]).toEqual({ redisStore: true, clusterStore: true, refused: 'SWL_STORE_UNAVAILABLE' });
     },
   );
+
+  test.each(['valkey.mjs', 'valkey.cjs'])(
+    'with Valkey GLIDE and iovalkey installed, and neither ioredis nor node-redis, %s makes RedisStores over their clients',
+    async (file) => {
+      expect(await scripts[`valkey/${file}`]).toEqual(
+        file.endsWith('.mjs')
+          ? { stores: [true, true, true, true], sharded: [false, true, false, true] }
+          : { stores: [true, true], sharded: [false, false] },
+      );
+    },
+  );
+
+  test('with Valkey GLIDE and iovalkey installed, RedisStores over their clients type-check (skipLibCheck false)', async () => {
+    const check = await typeChecks['valkey/valkey'];
+    expect(check.errors).toEqual([]);
+    expect(check.files).toEqual(expect.arrayContaining([installed('valkey', 'dist', 'index.d.mts')]));
+  });
 
   test('with node-redis installed and not ioredis, RedisStores over createClient() and createCluster() type-check (skipLibCheck false)', async () => {
     const check = await typeChecks['redis/noderedis'];

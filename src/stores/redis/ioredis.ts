@@ -11,7 +11,6 @@ import type { ClusterNode, ClusterRouting } from './batch';
 import { MemoryPolicies } from './memory-policy';
 import {
   type ClientHooks,
-  type Emitter,
   evalScript,
   packageScriptKind,
   type RedisClientAdapter,
@@ -101,7 +100,7 @@ function readMemoryPolicies(client: IoredisClient, policies: MemoryPolicies): vo
  * holds keys of one slot, and is routed (and redirected) by its first key as any command is.
  */
 export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
-  const { state, release } = sharedState(client as unknown as Emitter, (hooks) => stateOf(client, hooks));
+  const { state, release } = sharedState(client, (hooks) => stateOf(client, hooks));
   return {
     // ioredis queues commands while disconnected and replays them on reconnect, so a check
     // already failed open could still be counted minutes later. Once the connection has been

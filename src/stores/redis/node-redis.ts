@@ -10,15 +10,7 @@ import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError } from '../../errors';
 import type { ClusterNode, ClusterRouting } from './batch';
 import { MemoryPolicies } from './memory-policy';
-import {
-  type ClientHooks,
-  type Emitter,
-  evalScript,
-  type RedisClientAdapter,
-  rethrowStoreFailure,
-  sharedState,
-  storeFailure,
-} from './redis-client';
+import { type ClientHooks, evalScript, type RedisClientAdapter, rethrowStoreFailure, sharedState, storeFailure } from './redis-client';
 
 /** Why a node-redis client that is not open refuses a check: most often, connect() was never awaited. */
 function closed(client: string): string {
@@ -181,7 +173,7 @@ const SENTINEL_EPOCH_MS = 100;
  * again after a dropped connection carries its old, aborted signal, and is refused.
  */
 export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClientAdapter {
-  const { state, release } = sharedState(sentinel as unknown as Emitter, (hooks) => {
+  const { state, release } = sharedState(sentinel, (hooks) => {
     const epoch = new ConnectionEpoch<NodeRedisCommandOptions>(STANDALONE);
     const policies = new MemoryPolicies();
     const readPolicy = () => policies.read(() => sentinel.sendCommand(false, ['INFO'], STANDALONE));
@@ -229,7 +221,7 @@ export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClie
  */
 export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): RedisClientAdapter {
   const cluster = isNodeRedisCluster(client);
-  const { state, release } = sharedState(client as unknown as Emitter, (hooks) => stateOf(client, cluster, hooks));
+  const { state, release } = sharedState(client, (hooks) => stateOf(client, cluster, hooks));
   const { baseOptions, epoch } = state;
   const send: Send = cluster
     ? (key, args, options) => (client as NodeRedisCluster).sendCommand(key, false, args, options)

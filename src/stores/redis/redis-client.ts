@@ -2,7 +2,7 @@
  * What a {@link RedisStore} needs of a Redis client, and what every client adapter shares: the
  * scripts' SHA-1s, the `EVALSHA`-then-`EVAL` fallback, the listeners and timers made on a client
  * (removed when its stores close), and the coding of failures. One small adapter per client kind
- * (ioredis.ts, node-redis.ts) implements the rest, so the store logic is written once.
+ * (ioredis.ts, node-redis.ts, glide.ts) implements the rest, so the store logic is written once.
  */
 import { createHash } from 'node:crypto';
 import { ALGORITHMS } from '../../algorithms';
@@ -33,10 +33,14 @@ export interface RedisClientAdapter {
 }
 
 /** What the adapters listen to on a client: any of the clients' event emitters. */
-export interface Emitter {
+interface Emitter {
   on(event: string, listener: (...args: never[]) => void): unknown;
   off?(event: string, listener: (...args: never[]) => void): unknown;
   removeListener?(event: string, listener: (...args: never[]) => void): unknown;
+}
+
+function isEmitter(client: object): client is Emitter {
+  return typeof (client as Partial<Emitter>).on === 'function';
 }
 
 /**
@@ -45,19 +49,30 @@ export interface Emitter {
  */
 export class ClientHooks {
   private readonly undo: (() => void)[] = [];
-  /** `ready` events seen: connections (re)made. The limiter's circuit breaker probes at once after one. */
+  /**
+   * Connections (re)made: `ready` events seen, on a client that emits them; an adapter whose
+   * client emits none counts them itself. The limiter's circuit breaker probes at once after one.
+   */
   connectionsMade = 0;
 
-  constructor(private readonly client: Emitter) {
-    this.on('ready', () => {
-      this.connectionsMade++;
-    });
+  /** `client`: an event emitter, or a client that emits nothing (Valkey GLIDE): then {@link on} is not called. */
+  constructor(private readonly client: object) {
+    if (isEmitter(client)) {
+      this.on('ready', () => {
+        this.connectionsMade++;
+      });
+    }
   }
 
   on(event: string, listener: (...args: never[]) => void): void {
-    const { client } = this;
+    const client = this.client as Emitter;
     client.on(event, listener);
     this.undo.push(() => (client.off ?? client.removeListener)?.call(client, event, listener));
+  }
+
+  /** Calls `undo` when the last store on the client is closed (to stop what an adapter runs for the client). */
+  onRemove(undo: () => void): void {
+    this.undo.push(undo);
   }
 
   /** Calls `tick` every `ms` (a timer that does not hold the process open). */
@@ -85,7 +100,7 @@ const sharedByClient = new WeakMap<object, Shared>();
  * The state an adapter keeps for `client`, made by `make` (with the client's hooks) for the first
  * store on it; `release` is that store's part of closing: the last one removes the hooks.
  */
-export function sharedState<State>(client: Emitter, make: (hooks: ClientHooks) => State): { readonly state: State; release(): void } {
+export function sharedState<State>(client: object, make: (hooks: ClientHooks) => State): { readonly state: State; release(): void } {
   let shared = sharedByClient.get(client);
   if (shared === undefined) {
     const hooks = new ClientHooks(client);
@@ -162,8 +177,12 @@ export function evalScript(
   });
 }
 
-/** Redis answered that it does not hold the script (after a restart or `SCRIPT FLUSH`). */
+/**
+ * Redis answered that it does not hold the script (after a restart or `SCRIPT FLUSH`): the
+ * client's own error, or a {@link StoreError} an adapter already made of it.
+ */
 function isNoScript(error: unknown): boolean {
+  if (error instanceof StoreError) return error.reply === 'NOSCRIPT';
   return error instanceof Error && error.message.startsWith('NOSCRIPT');
 }
 
