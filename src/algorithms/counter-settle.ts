@@ -67,6 +67,6 @@ export function counterSettle(twins: CounterSettleTwins): (state: number[] | und
     const charged = actualCost - cost;
     if (charged === 0 || dryRun) return { reply: settleReply(0, charged), state, expiresAt: undefined };
     const { next, livesUntil } = twins.charge(state, charged, args);
-    return setAtLeast(state, next, livesUntil, settleReply(0, charged));
+    return setAtLeast(next, livesUntil, settleReply(0, charged));
   };
 }

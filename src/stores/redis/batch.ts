@@ -280,6 +280,7 @@ export class RepeatedCheckArgv {
   private cost = 0;
   private dryRun = false;
   private blockFor = 0;
+  private blockResets: boolean | undefined = undefined;
   /** A copy of the tiers of `last`: compared by value, since a tiers array could be changed in place. */
   private tiers: readonly Tier[] = [];
 
@@ -290,6 +291,7 @@ export class RepeatedCheckArgv {
       call.cost === this.cost &&
       call.dryRun === this.dryRun &&
       call.blockFor === this.blockFor &&
+      call.blockResets === this.blockResets &&
       sameTiers(call.tiers, this.tiers)
     ) {
       return this.last;
@@ -299,6 +301,7 @@ export class RepeatedCheckArgv {
     this.cost = call.cost;
     this.dryRun = call.dryRun;
     this.blockFor = call.blockFor;
+    this.blockResets = call.blockResets;
     this.tiers = call.tiers.map(({ limit, window }) => ({ limit, window }));
     return argv;
   }
