@@ -66,6 +66,6 @@ export function counterSettle<Body>(twins: CounterSettleTwins<Body>): (state: Bo
     const charged = actualCost - cost;
     if (charged === 0 || dryRun) return { reply: settleReply(0, charged), state, expiresAt: undefined };
     const { next, livesUntil } = twins.charge(state, charged, args);
-    return setAtLeast(state, next, livesUntil, settleReply(0, charged));
+    return setAtLeast(next, livesUntil, settleReply(0, charged));
   };
 }

@@ -446,7 +446,7 @@ const CHECK = checkLua(
     if tiers > 1 then value = table.concat(parts) end
     redis.call('SET', key, value, 'PX', lifetime)
   end
-  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body)
+  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local segment, limit = segments[i], limits[i]

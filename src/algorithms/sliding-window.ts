@@ -111,7 +111,7 @@ const CHECK = checkLua(
     end
     redis.call('SET', key, table.concat(parts, ' '), 'PX', 2 * longest)
   end
-  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body)
+  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local c, p, e, limit, window = current[i], previous[i], elapsed[i], limits[i], windows[i]

@@ -98,7 +98,7 @@ const CHECK = checkLua(
     end
     redis.call('SET', key, table.concat(parts, ' '), 'PX', expiry)
   end
-  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body)
+  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local limit, window = limits[i], windows[i]

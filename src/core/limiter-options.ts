@@ -18,7 +18,7 @@ import {
   positiveInteger,
 } from '../validate';
 import { type ResolvedBreakerOptions, resolveBreakerOptions } from './breaker';
-import type { LimiterOptions } from './types';
+import type { AfterBlock, LimiterOptions } from './types';
 
 const DEFAULT_ALGORITHM: AlgorithmName = 'sliding-window';
 export const DEFAULT_PREFIX = 'rl';
@@ -41,6 +41,7 @@ export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
   timeoutMs: true,
   denyCacheSize: true,
   blockFor: true,
+  afterBlock: true,
   shadow: true,
   concurrency: true,
   leaseMs: true,
@@ -62,6 +63,7 @@ export interface ResolvedLimiterOptions {
   readonly denyCacheSize: number;
   /** Milliseconds; 0 for none. */
   readonly blockFor: number;
+  readonly afterBlock: AfterBlock;
   readonly shadow: boolean;
   /** Most requests in progress per identifier; 0 for no bound. */
   readonly concurrency: number;
@@ -91,6 +93,11 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
   // A bound on requests in progress alone: no rate tiers unless some are given.
   const rateless = concurrency > 0 && options.limit === undefined && options.window === undefined && options.limits === undefined;
   const tiers = Object.freeze(rateless ? [] : resolveTiers(options, warnings));
+  const blockFor = options.blockFor === undefined || options.blockFor === 0 ? 0 : parseDuration(options.blockFor, 'blockFor', warnings);
+  const afterBlock = oneOf(options.afterBlock ?? 'keep', ['keep', 'reset'] as const, 'afterBlock');
+  if (blockFor === 0 && options.afterBlock !== undefined) {
+    throw new OptionError('SWL_CONFLICTING_OPTIONS', 'afterBlock: takes effect with blockFor only: give blockFor too, or drop afterBlock');
+  }
   const store = options.store ?? new MemoryStore();
   // Validated whatever the store.
   const breaker = resolveBreakerOptions(options.breaker);
@@ -120,7 +127,8 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
     timeoutMs: options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : positiveInteger(options.timeoutMs, 'timeoutMs'),
     denyCacheSize:
       options.denyCacheSize === undefined ? DEFAULT_DENY_CACHE_SIZE : nonNegativeInteger(options.denyCacheSize, 'denyCacheSize'),
-    blockFor: options.blockFor === undefined || options.blockFor === 0 ? 0 : parseDuration(options.blockFor, 'blockFor', warnings),
+    blockFor,
+    afterBlock,
     shadow: oneOf(options.shadow ?? false, [true, false], 'shadow'),
     concurrency,
     leaseMs: options.leaseMs === undefined ? DEFAULT_LEASE_MS : parseDuration(options.leaseMs, 'leaseMs', warnings),

@@ -16,7 +16,7 @@ import { DenyCache } from './deny-cache';
 import { KeyCache, leaseKeyOf } from './keys';
 import { type ChangeLease, HeldLease, LeaseIds } from './leases';
 import { LIMITER_OPTIONS, type ResolvedLimiterOptions, resolveLimiterOptions, validateCost } from './limiter-options';
-import type { CheckOptions, Decision, Limiter, LimiterOptions, WaitOptions } from './types';
+import type { AfterBlock, CheckOptions, Decision, Limiter, LimiterOptions, WaitOptions } from './types';
 import { Waiters } from './wait';
 
 /**
@@ -72,6 +72,7 @@ class RateLimiter implements LimiterCore {
   readonly prefix: string;
   readonly timeoutMs: number;
   readonly blockFor: number;
+  readonly afterBlock: AfterBlock;
   readonly shadow: boolean;
   readonly concurrency: number;
   readonly smallestLimit: number;
@@ -79,6 +80,8 @@ class RateLimiter implements LimiterCore {
   /** What this limiter has warned about. */
   readonly warnings: Warnings;
   private readonly scripts: AlgorithmScripts;
+  /** Whether a block this limiter starts wipes the counts (`afterBlock: 'reset'`). */
+  private readonly blockResets: boolean;
   private readonly clock: (() => number) | undefined;
   private readonly denyCache: DenyCache | undefined;
   private readonly keys: KeyCache;
@@ -103,6 +106,8 @@ class RateLimiter implements LimiterCore {
     this.timeoutMs = options.timeoutMs;
     this.clock = options.clock;
     this.blockFor = options.blockFor;
+    this.afterBlock = options.afterBlock;
+    this.blockResets = options.afterBlock === 'reset';
     this.shadow = options.shadow;
     this.concurrency = options.concurrency;
     this.leaseMs = options.leaseMs;
@@ -176,6 +181,7 @@ class RateLimiter implements LimiterCore {
       cost,
       dryRun: changes?.dryRun ?? false,
       blockFor: changes?.blockFor ?? this.blockFor,
+      blockResets: this.blockResets,
       countedAt: changes?.countedAt ?? 0,
       actualCost: changes?.actualCost ?? 0,
       tiers,

@@ -9,6 +9,9 @@ import type { Tier, TierOptions } from '../tiers';
 import type { Duration } from '../validate';
 import type { BreakerOptions } from './breaker';
 
+/** What is left of an identifier's counts when its `blockFor` block ends: `'keep'` them, or `'reset'` to a whole quota. */
+export type AfterBlock = 'keep' | 'reset';
+
 /** Options of {@link createLimiter}. */
 export interface LimiterOptions {
   /** Where counts are kept: a `RedisStore`, or a `MemoryStore` (the default: a new one per limiter). */
@@ -65,6 +68,14 @@ export interface LimiterOptions {
    * survives restarts; `reset()` lifts it. Default: no block.
    */
   blockFor?: Duration | undefined;
+  /**
+   * What is left when a `blockFor` block ends. `'keep'` (default): the counts from before the
+   * block still count, so a client still over the limit is refused again (and blocked again).
+   * `'reset'`: the identifier starts afresh with its whole quota, as @nestjs/throttler's own
+   * storage and rate-limiter-flexible's `blockDuration` do; the denial that starts the block
+   * forgets the counts, and its `retryAfterMs` is the block's length. Takes effect with `blockFor` only.
+   */
+  afterBlock?: AfterBlock | undefined;
   /**
    * Shadow mode: check and count every request exactly as if the limit were enforced, but mark
    * every decision `shadow: true`; the HTTP adapters then never refuse a request (and send no
@@ -295,6 +306,8 @@ export interface Limiter {
   readonly timeoutMs: number;
   /** Milliseconds of `blockFor`; 0 for none. */
   readonly blockFor: number;
+  /** What is left when a block ends: `'keep'` the counts, or `'reset'` them. */
+  readonly afterBlock: AfterBlock;
   readonly shadow: boolean;
   /** Most requests in progress per identifier; 0 for no bound. */
   readonly concurrency: number;

@@ -235,7 +235,19 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
     test('seeded random sequence of checks and peeks over random tier configurations', async () => {
       const seed = 0x5eed + ALGORITHMS.indexOf(algorithm);
       const random = seeded(seed);
-      const counts = { steps: 0, allowed: 0, denied: 0, peeks: 0, multiTier: 0, writes: 0, resets: 0, refunds: 0, ownLimits: 0, blocks: 0 };
+      const counts = {
+        steps: 0,
+        allowed: 0,
+        denied: 0,
+        peeks: 0,
+        multiTier: 0,
+        writes: 0,
+        resets: 0,
+        refunds: 0,
+        ownLimits: 0,
+        blocks: 0,
+        wipingBlocks: 0,
+      };
       ttl.last = undefined;
       const redisClientWithTtl = persisting();
       for (let config = 0; config < 12; config++) {
@@ -245,9 +257,11 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         let now = config % 4 === 0 ? Math.floor(random() * 50) : 1_700_000_000_000 + Math.floor(random() * 100_000);
         const clock = () => now;
         const redisStore = new RedisStore({ client: redisClientWithTtl });
-        // A third of the configurations block denied identifiers (blockFor).
+        // A third of the configurations block denied identifiers (blockFor), half of those wiping
+        // the counts for the block (afterBlock: 'reset').
         const blockFor = config % 3 === 2 ? 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window))) : 0;
         const precision = randomPrecision(random, algorithm);
+        const afterBlock = config % 6 === 5 ? 'reset' : undefined;
         const common = {
           limits: inMs(tiers),
           algorithm,
@@ -255,6 +269,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
           clock,
           denyCacheSize: 0,
           blockFor: blockFor === 0 ? undefined : `${blockFor}ms`,
+          afterBlock,
         } as const;
         const prefix = uniquePrefix('diff');
         const onRedis = createLimiter({ ...common, store: redisStore, prefix });
@@ -328,11 +343,17 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
             }
             counts.writes++;
           } else if (fromRedis.blocked && !peek && (blockedUntil.get(id) ?? 0) <= now) {
-            // A fresh block: the (persisted) key must live at least blockFor.
+            // A fresh block: the (persisted) key must live at least blockFor; exactly that when
+            // the block wiped the counts, which the denial then shows: nothing counted.
             blockedUntil.set(id, now + blockFor);
-            expiry.set(id, Math.max(expiry.get(id) ?? 0, now + blockFor));
+            expiry.set(id, afterBlock === 'reset' ? now + blockFor : Math.max(expiry.get(id) ?? 0, now + blockFor));
             if (ttl.last! > blockFor || ttl.last! < blockFor - 50) {
               throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a block, expected ${blockFor}`);
+            }
+            if (afterBlock === 'reset') {
+              expect(fromRedis.tiers.map((tier) => tier.estimated)).toEqual(callTiers.map(() => 0));
+              expect(fromRedis.retryAfterMs).toBe(blockFor);
+              counts.wipingBlocks++;
             }
             counts.blocks++;
           } else if (ttl.last !== -1 && ttl.last !== -2) {
@@ -358,6 +379,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         refunds: 100,
         ownLimits: 200,
         blocks: 30,
+        wipingBlocks: 10,
       });
     });
   });
@@ -491,6 +513,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     let refunded = 0;
     let charges = 0;
     let blockedChecks = 0;
+    let wipingBlocks = 0;
     for (let config = 0; config < 8; config++) {
       const tiers = randomTiers(random, algorithm);
       const precision = randomPrecision(random, algorithm);
@@ -498,8 +521,10 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
       let now = config % 2 === 0 ? Math.floor(random() * 20) : 1_700_000_000_000 + Math.floor(random() * 100_000);
       let state: unknown;
       const counted: { at: number; cost: number }[] = [];
-      // Half the configurations block a denied identifier for a while (blockFor).
+      // Half the configurations block a denied identifier for a while (blockFor), half of those
+      // wiping its counts for the block (blockResets).
       const blockFor = config % 2 === 1 ? 0 : 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window)));
+      const blockResets = config % 4 === 0;
       for (let step = 0; step < 150; step++) {
         now = nextTime(now, tiers, random);
         const settle = random() < (counted.length > 0 ? 0.2 : 0.03);
@@ -521,7 +546,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
           result = scripts.settle.apply(state, args);
         } else {
           cost = randomCost(random, tiers);
-          const args = { now, cost, dryRun, blockFor, countedAt: 0, actualCost: 0, tiers, precision };
+          const args = { now, cost, dryRun, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision };
           argv = scriptArgv(args);
           result = scripts.check.apply(state, args);
         }
@@ -552,6 +577,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
         } else {
           if (fromLua[0] === 0) denied++;
           if (fromLua[2] > 0) blockedChecks++;
+          if (blockResets && fromLua[2] === blockFor && !dryRun) wipingBlocks++;
           if (fromLua[0] === 1 && cost > 0 && !dryRun) counted.push({ at: now, cost });
         }
       }
@@ -563,6 +589,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     expect(refunds - refunded).toBeGreaterThan(5);
     expect(charges).toBeGreaterThan(10);
     expect(blockedChecks).toBeGreaterThan(50);
+    expect(wipingBlocks).toBeGreaterThan(5);
   });
 });
 
@@ -583,6 +610,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
         const states = new Map<string, unknown>();
         let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
         const blockFor = config % 2 === 0 ? 0 : 1 + Math.floor(random() * 1_000);
+        const blockResets = config % 4 === 3;
         for (let step = 0; step < 40; step++) {
           now = nextTime(now, tiers, random);
           // Some batches have one set of arguments for every key, sent once (ARGV[2] alone).
@@ -594,11 +622,11 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
           }));
           const dryAll = random() < 0.1;
           const sharedArgv =
-            shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, countedAt: 0, actualCost: 0, tiers, precision });
+            shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision });
           const perKey = entries.map(
             (entry) =>
               sharedArgv ??
-              scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, countedAt: 0, actualCost: 0, tiers, precision }),
+              scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision }),
           );
           const entryKeys = entries.map((entry) => entry.key);
           const argv = form === 'batch' ? batchArgv(perKey) : batchArgv(perKey, entryKeys);
@@ -619,6 +647,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
               cost: entry.cost,
               dryRun: entry.dryRun || dryAll,
               blockFor,
+              blockResets,
               countedAt: 0,
               actualCost: 0,
               tiers,

@@ -334,7 +334,7 @@ describe('the packed tarball, installed with npm', () => {
       seen: [
         [200, null],
         [200, null],
-        [429, '15'],
+        [429, '10'],
         [200, null],
       ],
     });

@@ -4,6 +4,7 @@
 import { Cluster, Redis } from 'ioredis';
 import { describe, expect, test } from 'tstyche';
 import {
+  type AfterBlock,
   type AlgorithmName,
   type CheckOptions,
   createLimiter,
@@ -100,6 +101,10 @@ describe('createLimiter', () => {
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'fixed-window' });
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'sliding-log' });
     expect(createLimiter).type.toBeCallableWith({ blockFor: '10m', shadow: true });
+    expect(createLimiter).type.toBeCallableWith({ blockFor: '10m', afterBlock: 'reset' });
+    expect(createLimiter).type.toBeCallableWith({ blockFor: '10m', afterBlock: 'keep' });
+    expect(createLimiter).type.not.toBeCallableWith({ blockFor: '10m', afterBlock: 'forget' });
+    expect<Limiter['afterBlock']>().type.toBe<AfterBlock>();
     expect(createLimiter).type.not.toBeCallableWith({ shadow: 'yes' });
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'token-bucket' });
     expect(createLimiter).type.not.toBeCallableWith({ algorithm: 'leaky-bucket' });

@@ -288,6 +288,7 @@ export class RepeatedCheckArgv {
   private dryRun = false;
   private blockFor = 0;
   private precision = 0;
+  private blockResets: boolean | undefined = undefined;
   /** A copy of the tiers of `last`: compared by value, since a tiers array could be changed in place. */
   private tiers: readonly Tier[] = [];
 
@@ -299,6 +300,7 @@ export class RepeatedCheckArgv {
       call.dryRun === this.dryRun &&
       call.blockFor === this.blockFor &&
       call.precision === this.precision &&
+      call.blockResets === this.blockResets &&
       sameTiers(call.tiers, this.tiers)
     ) {
       return this.last;
@@ -309,6 +311,7 @@ export class RepeatedCheckArgv {
     this.dryRun = call.dryRun;
     this.blockFor = call.blockFor;
     this.precision = call.precision;
+    this.blockResets = call.blockResets;
     this.tiers = call.tiers.map(({ limit, window }) => ({ limit, window }));
     return argv;
   }
