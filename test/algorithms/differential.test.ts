@@ -622,11 +622,23 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
           }));
           const dryAll = random() < 0.1;
           const sharedArgv =
-            shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision });
+            shared === undefined
+              ? undefined
+              : scriptArgv({ now, ...shared, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision });
           const perKey = entries.map(
             (entry) =>
               sharedArgv ??
-              scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision }),
+              scriptArgv({
+                now,
+                cost: entry.cost,
+                dryRun: entry.dryRun,
+                blockFor,
+                blockResets,
+                countedAt: 0,
+                actualCost: 0,
+                tiers,
+                precision,
+              }),
           );
           const entryKeys = entries.map((entry) => entry.key);
           const argv = form === 'batch' ? batchArgv(perKey) : batchArgv(perKey, entryKeys);
