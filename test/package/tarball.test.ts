@@ -110,12 +110,23 @@ interface Result {
  * Runs a command to its end, killed after 90 s; never rejects. The `npm_*` variables that
  * `npm test` sets are left out, so that an npm started here sees only the project it runs in.
  */
+/**
+ * The longest any one command may take (an install, a type check): generous, since five projects
+ * install and type-check at once and a shared machine can slow them down several times over.
+ */
+const COMMAND_TIMEOUT_MS = 240_000;
+
 function run(command: string, args: string[], cwd: string): Promise<Result> {
   const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !/^npm_/i.test(key) && key !== 'INIT_CWD'));
   return new Promise((done) => {
-    execFile(command, args, { cwd, env, maxBuffer: 64 * 1024 * 1024, timeout: 90_000, killSignal: 'SIGKILL' }, (error, stdout, stderr) => {
-      done({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout, stderr });
-    });
+    execFile(
+      command,
+      args,
+      { cwd, env, maxBuffer: 64 * 1024 * 1024, timeout: COMMAND_TIMEOUT_MS, killSignal: 'SIGKILL' },
+      (error, stdout, stderr) => {
+        done({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -263,7 +274,7 @@ describe('the packed tarball, installed with npm', () => {
     );
     // Waited for here, under this hook's timeout, rather than under each test's.
     await Promise.allSettled([...Object.values(scripts), ...Object.values(typeChecks)]);
-  }, 120_000);
+  }, 2 * COMMAND_TIMEOUT_MS);
 
   afterAll(() => {
     if (work) rmSync(work, { recursive: true, force: true });
