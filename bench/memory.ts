@@ -268,6 +268,8 @@ interface FullRow extends FullVariant {
   sample: string;
   /** For precise-window: the units and buckets the sample holds. */
   held?: { units: number; buckets: number };
+  /** The sample's value length in bytes, for a string. */
+  valueBytes?: number;
   memoryUsage: number;
   seconds: number;
 }
@@ -371,9 +373,11 @@ async function measureFull(client: Redis, connect: () => Redis, variant: FullVar
   const type = await client.type(sampleKey);
   let sample: string;
   let held: FullRow['held'];
+  let valueBytes: number | undefined;
   if (type === 'zset') sample = `zset of ${await client.zcard(sampleKey)} members`;
   else {
     const value = (await client.getBuffer(sampleKey)) ?? Buffer.alloc(0);
+    valueBytes = value.length;
     if (algorithm === 'precise-window') {
       held = heldByPreciseWindow(value);
       sample = `${value.length} bytes: ${held.units} units in ${held.buckets} buckets`;
@@ -388,13 +392,29 @@ async function measureFull(client: Redis, connect: () => Redis, variant: FullVar
     keys: count,
     sample,
     held,
+    valueBytes,
     memoryUsage: Number(await client.call('MEMORY', 'USAGE', sampleKey, 'SAMPLES', '0')),
     seconds,
   };
 }
 
-/** The markdown section of the fully used rows, with the precise window's target and bound judged. */
-function fullSection(rows: readonly FullRow[]): string[] {
+/** What a value of `bytes` bytes costs per identifier, emulated; `note` says why that length. */
+interface LengthRow {
+  bytes: number;
+  perIdentifier: number;
+  note: string;
+}
+
+/** The TTL of the emulated values, ms: long enough for a slow run (its length does not change the bytes). */
+const PRECISE_PX = 600_000;
+
+/**
+ * The markdown section of the fully used rows, with the precise window's target and bound judged.
+ *
+ * @param oneRequest - the counter's bytes per identifier with one request each, for scale.
+ * @param lengths - the emulated cost of the precise window's value by length.
+ */
+function fullSection(rows: readonly FullRow[], oneRequest: number | undefined, lengths: readonly LengthRow[]): string[] {
   const lines = ['## Fully used', ''];
   lines.push(
     `Each identifier makes twice its limit in requests over two windows of ${WINDOW} (passed as ARGV \`now\`), evenly spaced or as Poisson arrivals at the same mean rate (seeded per identifier), ` +
@@ -424,16 +444,29 @@ function fullSection(rows: readonly FullRow[]): string[] {
       : [{ spread, precise, ratio: precise.perIdentifier / counter.perIdentifier }];
   });
   if (counter !== undefined && judged.length > 0) {
-    const met = judged.every(({ ratio }) => ratio <= 2);
     lines.push(
-      `Target for the precise window at limit 100, fully used: at most 2 × the sliding window counter's ${counter.perIdentifier.toFixed(1)} bytes per identifier: **${met ? 'met' : 'missed'}** (${judged
+      `Target for the precise window at limit 100, fully used: at most 2 × the sliding window counter's bytes per identifier, fully used too (${counter.perIdentifier.toFixed(1)}): ${judged
         .map(
           ({ spread, precise, ratio }) =>
-            `${precise.perIdentifier.toFixed(1)} bytes, ${ratio.toFixed(2)} ×, ${spread === 'even' ? 'evenly spaced' : 'Poisson'}`,
+            `${spread === 'even' ? 'evenly spaced' : 'Poisson'}, ${precise.perIdentifier.toFixed(1)} bytes, ${ratio.toFixed(2)} ×: **${ratio <= 2 ? 'met' : 'missed'}**`,
         )
-        .join('; ')}).`,
+        .join('; ')}.` +
+        (oneRequest === undefined
+          ? ''
+          : ` With one request per identifier the counter measured ${oneRequest.toFixed(1)} bytes, with a value in the same allocation class: the difference is this measurement's noise, which the precise window's rows carry too.`),
       '',
     );
+  }
+  if (lengths.length > 0) {
+    lines.push('### The precise window by value length', '');
+    lines.push(
+      "The precise window's bytes per identifier step with the length of its value, by allocation class, not with each byte. " +
+        `Values of these lengths, written with \`SET key value PX ${PRECISE_PX}\` on the same ${IDS.toLocaleString('en-US')} identifiers as the first table (a layout measured, not this package's script):`,
+      '',
+    );
+    lines.push('| value length (bytes) | bytes per identifier | |', '| ---: | ---: | --- |');
+    for (const { bytes, perIdentifier, note } of lengths) lines.push(`| ${bytes} | ${perIdentifier.toFixed(1)} | ${note} |`);
+    lines.push('');
   }
   const coarse = (['even', 'Poisson'] as const).flatMap((spread) => {
     const row = find('precise-window', 1000, spread, COARSE_PRECISION);
@@ -649,6 +682,7 @@ async function main(): Promise<void> {
   const bucketWhatIfs: { name: string; bytes: number; encoding: string }[] = [];
   const peerRows: PeerRow[] = [];
   const fullRows: FullRow[] = [];
+  const lengthRows: LengthRow[] = [];
   try {
     for (const variant of VARIANTS) {
       process.stderr.write(
@@ -667,6 +701,29 @@ async function main(): Promise<void> {
         `${row.perIdentifier.toFixed(1)} bytes each, ${row.allowed.toFixed(1)} allowed of ${row.checks}, ${row.sample} (${row.seconds.toFixed(1)} s)\n`,
       );
       fullRows.push(row);
+    }
+    // The precise window's value at the lengths its fully used samples had, and at 124 and 125 bytes.
+    const sampled = (['even', 'Poisson'] as const).flatMap((spread) => {
+      const row = fullRows.find(
+        (r) => r.algorithm === 'precise-window' && r.limit === 100 && r.spread === spread && r.precision === undefined,
+      );
+      return row?.valueBytes === undefined
+        ? []
+        : [{ bytes: row.valueBytes, note: `the sample at limit 100, ${spread === 'even' ? 'evenly spaced' : 'Poisson'}` }];
+    });
+    const notes = new Map<number, string[]>([
+      [124, []],
+      [125, []],
+    ]);
+    for (const { bytes, note } of sampled) notes.set(bytes, [...(notes.get(bytes) ?? []), note]);
+    for (const [bytes, note] of [...notes].sort(([a], [b]) => a - b)) {
+      const perIdentifier = await measureWhatIf(
+        client,
+        { name: `${bytes} bytes`, write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, value, 'PX', PRECISE_PX) },
+        'x'.repeat(bytes),
+      );
+      process.stderr.write(`what if (precise window): ${perIdentifier.toFixed(1)} bytes for a value of ${bytes} bytes\n`);
+      lengthRows.push({ bytes, perIdentifier, note: note.join('; ') });
     }
     const value = rows[0].sampleValue.replace(/"/g, '');
     for (const whatIf of WHAT_IFS) {
@@ -731,7 +788,7 @@ async function main(): Promise<void> {
       '',
     );
   }
-  if (fullRows.length > 0) lines.push(...fullSection(fullRows));
+  if (fullRows.length > 0) lines.push(...fullSection(fullRows, rows[0]?.perIdentifier, lengthRows));
   if (peerRows.length > 0) {
     lines.push('## The peer libraries', '');
     lines.push(

@@ -37,16 +37,15 @@ export function accuracyDocument({ results, table, bucket, precise, breakdowns, 
     return found;
   };
   const stat = (trace: string, label: string): ContestantStats => statsOf(result(trace).stats, label);
-  const fa = (trace: string, algorithm: string): string =>
-    `${percent(stat(trace, algorithm).falseAllows, stat(trace, algorithm).requests)} %`;
-  const wrong = (trace: string, algorithm: string): string => {
-    const s = stat(trace, algorithm);
+  const fa = (trace: string, label: string): string => `${percent(stat(trace, label).falseAllows, stat(trace, label).requests)} %`;
+  const wrong = (trace: string, label: string): string => {
+    const s = stat(trace, label);
     return `${percent(s.falseAllows + s.falseDenies, s.requests)} %`;
   };
   const cappedWrong = (s: ContestantStats): string => `${percent(s.falseAllows + s.cappedFalseDenies, s.requests)} %`;
-  const over = (trace: string, algorithm: string): string => overshoot(stat(trace, algorithm), result(trace).trace.tier.limit).toFixed(2);
-  const admitted = (trace: string, algorithm: string): string =>
-    `${((100 * stat(trace, algorithm).allowed) / stat(trace, algorithm).requests).toFixed(2)} %`;
+  const over = (trace: string, label: string): string => overshoot(stat(trace, label), result(trace).trace.tier.limit).toFixed(2);
+  const admitted = (trace: string, label: string): string =>
+    `${((100 * stat(trace, label).allowed) / stat(trace, label).requests).toFixed(2)} %`;
   const exactAdmitted = (trace: string): string => `${((100 * result(trace).referenceAllowed) / result(trace).requests).toFixed(2)} %`;
 
   const totalRequests = results.reduce((sum, r) => sum + r.requests, 0);
@@ -57,8 +56,8 @@ export function accuracyDocument({ results, table, bucket, precise, breakdowns, 
   const heavy = result('heavy-tailed');
   const light = heavy.groups.get(loadBand(0))?.find((s) => s.contestant.label === 'sliding-window');
   const heavyBand = heavy.groups.get(loadBand(Infinity));
-  const steady = (flood: FloodResult, algorithm: string): number => {
-    const counts = flood.perWindow.get(algorithm)!;
+  const steady = (flood: FloodResult, label: string): number => {
+    const counts = flood.perWindow.get(label)!;
     return counts[counts.length - 1];
   };
   const floodLine = floods.map((f) => `${steady(f, 'sliding-window')} per window for a limit of ${f.limit}`).join(', ');
