@@ -474,8 +474,8 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     '',
   );
   lines.push(
-    '| framework | scenario | target | ratio to bare | best peer (its ratio) | × best peer | Redis CPU × thriftiest peer | | over node-redis | over GLIDE | over iovalkey | with auto-pipelining | CPU ratio | CPU ratio over node-redis | CPU ratio over GLIDE | CPU ratio with auto-pipelining | floor ratio | this package, of floor |',
-    '| --- | --- | --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| framework | scenario | target | ratio to bare | best peer (its ratio) | × best peer | Redis CPU × thriftiest peer | | over node-redis | over GLIDE | over iovalkey | with auto-pipelining | CPU ratio | CPU ratio over node-redis | CPU ratio over GLIDE | CPU ratio over iovalkey | CPU ratio with auto-pipelining | floor ratio | this package, of floor |',
+    '| --- | --- | --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   );
   const fmt = (n: number | undefined): string => (n === undefined ? '' : n.toFixed(2));
   for (const target of TARGETS) {
@@ -496,7 +496,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
       (maxRedisCpuOverBestPeer === undefined || (redisCpu !== undefined && redisCpu.ratio <= maxRedisCpuOverBestPeer));
     const peerText = peer === undefined ? '' : `${LIMITER_LABELS[peer].split(' (')[0]} (${fmt(ratioOf(cells, framework, peer, scenario))})`;
     lines.push(
-      `| ${framework} | (${scenario}) | ${wanted.join(', ')} | ${ratio.toFixed(2)} | ${peerText} | ${overPeer === undefined ? '' : overPeer.toFixed(3)} | ${redisCpu === undefined ? '' : `${redisCpu.ratio.toFixed(2)} (${redisCpu.peer})`} | ${met ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, framework, 'swlnr', scenario))} | ${fmt(ratioOf(cells, framework, 'swlgl', scenario))} | ${fmt(ratioOf(cells, framework, 'swliv', scenario))} | ${fmt(ratioOf(cells, framework, 'swlap', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlnr', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlgl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlap', scenario))} | ${fmt(ratioOf(cells, framework, 'floor', scenario))} | ${fmt(ratioBetween(cells, framework, 'swl', 'floor', scenario))} |`,
+      `| ${framework} | (${scenario}) | ${wanted.join(', ')} | ${ratio.toFixed(2)} | ${peerText} | ${overPeer === undefined ? '' : overPeer.toFixed(3)} | ${redisCpu === undefined ? '' : `${redisCpu.ratio.toFixed(2)} (${redisCpu.peer})`} | ${met ? 'met' : '**missed**'} | ${fmt(ratioOf(cells, framework, 'swlnr', scenario))} | ${fmt(ratioOf(cells, framework, 'swlgl', scenario))} | ${fmt(ratioOf(cells, framework, 'swliv', scenario))} | ${fmt(ratioOf(cells, framework, 'swlap', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlnr', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlgl', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swliv', scenario))} | ${fmt(cpuRatioOf(cells, framework, 'swlap', scenario))} | ${fmt(ratioOf(cells, framework, 'floor', scenario))} | ${fmt(ratioBetween(cells, framework, 'swl', 'floor', scenario))} |`,
     );
   }
   lines.push('');
