@@ -138,7 +138,16 @@ async function main(): Promise<void> {
       // A request object per operation, as HTTP gives: the limiter records what it counted on it.
       const http = (limiter: typeof allow) => (): Promise<void> =>
         new Promise<void>((resolve) => limiter.handle({ headers: requestHeaders }, headers, () => resolve()));
-      const check = { now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers: limiter.tiers };
+      const check = {
+        now: undefined,
+        cost: 1,
+        dryRun: false,
+        blockFor: 0,
+        countedAt: 0,
+        actualCost: 0,
+        tiers: limiter.tiers,
+        precision: limiter.precision,
+      };
       // Two checks: the second is denied and cached.
       await http(deny)();
       await http(deny)();

@@ -6,8 +6,9 @@
  * - BENCH_FRAMEWORK: `express` | `fastify`
  * - BENCH_LIMITER:   `bare` | `swl` (this package) | `swlap` (this package, client with auto-pipelining)
  *                    | `swlnr` (this package over node-redis, the `redis` package, as the README recommends it)
+ *                    | `incr` (no limiter: one auto-pipelined INCR + PEXPIRE per request, the floor of allowed traffic)
  *                    | `swlgl` (this package over Valkey GLIDE), `swliv` (this package over iovalkey), as docs/valkey.md recommends them
- *                    | `swlfw`, `swltb`, `swlsl` (this package with the fixed window, token bucket or sliding log algorithm)
+ *                    | `swlfw`, `swltb`, `swlsl`, `swlpw` (this package with the fixed window, token bucket, sliding log or precise window algorithm)
  *                    | `floor` (no limiter: a hook that answers every request with the 429 this package sends) | `erl` (express-rate-limit + rate-limit-redis)
  *                    | `rlf` (rate-limiter-flexible RateLimiterRedis) | `frl` (@fastify/rate-limit)
  * - BENCH_LIMIT, BENCH_WINDOW_MS: the same limit for every limiter
@@ -34,7 +35,9 @@ const redisPort = Number(process.env.BENCH_REDIS_PORT ?? 6379);
 const clusterPorts = (process.env.BENCH_REDIS_CLUSTER ?? '').split(',').filter(Boolean).map(Number);
 const peerClient = process.env.BENCH_PEER_CLIENT ?? 'default';
 /** The algorithm of this package's limiter: the sliding window unless the limiter's name says another. */
-const algorithm = ({ swlfw: 'fixed-window', swltb: 'token-bucket', swlsl: 'sliding-log' } as const)[limiterName] ?? 'sliding-window';
+const algorithm =
+  ({ swlfw: 'fixed-window', swltb: 'token-bucket', swlsl: 'sliding-log', swlpw: 'precise-window' } as const)[limiterName] ??
+  'sliding-window';
 /** Each server counts under its own key prefix, so no two share (or clobber) a key. */
 const prefix = process.env.BENCH_PREFIX ?? `${framework}-${limiterName}`;
 
@@ -44,6 +47,19 @@ export const RECOMMENDED_CLIENT: RedisOptions = { enableOfflineQueue: false, max
 const WITH_AUTOPIPELINING: RedisOptions = { ...RECOMMENDED_CLIENT, enableAutoPipelining: true };
 
 const BODY = 'ok';
+
+/**
+ * The floor of allowed traffic (limiter `incr`): no limiter, one INCR and one PEXPIRE per request
+ * on an auto-pipelined client with this package's options, the least any Redis-backed limiter that
+ * counts a request can send. No limiter can beat it.
+ */
+async function incrementer(): Promise<(id: string) => Promise<unknown>> {
+  const client = await connect(WITH_AUTOPIPELINING);
+  return (id) => {
+    const key = `${prefix}:${id}`;
+    return Promise.all([client.incr(key), client.pexpire(key, windowMs)]);
+  };
+}
 
 async function connect(options: RedisOptions): Promise<Redis> {
   if (clusterPorts.length > 0) {
@@ -160,12 +176,27 @@ async function express(): Promise<(port: number) => Promise<number>> {
       break;
     case 'swl':
     case 'swlap':
-    case 'swlnr': {
+    case 'swlnr':
+    case 'swlpw': {
       const { rateLimit, RedisStore } = await import('../src/express');
       const client = await storeClient();
       app.use(
-        rateLimit({ store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) }),
+        rateLimit({
+          store: new RedisStore({ client }),
+          algorithm,
+          limit,
+          window: windowMs,
+          prefix,
+          identify: (request) => idOf(request.headers),
+        }),
       );
+      break;
+    }
+    case 'incr': {
+      const count = await incrementer();
+      app.use((request, _response, next) => {
+        count(idOf(request.headers)).then(() => next(), next);
+      });
       break;
     }
     case 'floor':
@@ -238,7 +269,8 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
     case 'swliv':
     case 'swlfw':
     case 'swltb':
-    case 'swlsl': {
+    case 'swlsl':
+    case 'swlpw': {
       const { rateLimitPlugin, RedisStore } = await import('../src/fastify');
       const client = await storeClient();
       await app.register(rateLimitPlugin, {
@@ -248,6 +280,13 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
         window: windowMs,
         prefix,
         identify: (request) => idOf(request.headers),
+      });
+      break;
+    }
+    case 'incr': {
+      const count = await incrementer();
+      app.addHook('onRequest', (request, _reply, done) => {
+        count(idOf(request.headers)).then(() => done(), done);
       });
       break;
     }

@@ -2,7 +2,17 @@ export type { AlgorithmName } from './algorithms/types';
 export type { Awaitable } from './async';
 export type { BreakerOptions } from './core/breaker';
 export { createLimiter } from './core/limiter';
-export type { CheckOptions, ConcurrencyDecision, Decision, Lease, Limiter, LimiterOptions, TierDecision, WaitOptions } from './core/types';
+export type {
+  AfterBlock,
+  CheckOptions,
+  ConcurrencyDecision,
+  Decision,
+  Lease,
+  Limiter,
+  LimiterOptions,
+  TierDecision,
+  WaitOptions,
+} from './core/types';
 export { WaitExceededError } from './core/wait';
 export { CircuitOpenError, CODES, type Code, OptionError, RateLimitTimeoutError, StoreError, StoreUnavailableError } from './errors';
 export type { HeaderFormat, HeaderStyle, HeadersOption, ResetFormat } from './http/headers';

@@ -1,7 +1,7 @@
 /**
  * A storage for @nestjs/throttler 6: the throttler's guard, decorators and options stay as they
  * are, and each of its `increment` calls becomes one check of this package's limiter, on Redis or
- * in memory. Nothing of NestJS is imported at run time: the throttler's types describe the
+ * in memory, counting by default as the throttler's own storage does. Nothing of NestJS is imported at run time: the throttler's types describe the
  * contract, and NestJS 11 (CommonJS) and 12 (ES modules) load this file alike.
  *
  * @example
@@ -13,7 +13,7 @@
 import type { ThrottlerStorage } from '@nestjs/throttler';
 import type { AlgorithmName } from './algorithms/types';
 import { createLimiter } from './core/limiter';
-import type { Limiter, LimiterOptions } from './core/types';
+import type { AfterBlock, Limiter, LimiterOptions } from './core/types';
 import { OptionError, Warnings } from './errors';
 import { secondsUntil } from './http/headers';
 import type { FailMode } from './http/http-options';
@@ -27,8 +27,19 @@ import { checkOptions, describeValue, keysOf, oneOf, optionalFunction } from './
 export interface RatewardenThrottlerStorageOptions {
   /** Where counts are kept: a `RedisStore`, or a `MemoryStore` (the default: a new one). */
   store?: Store | undefined;
-  /** The algorithm every throttler counts with. Default `'sliding-window'`. */
+  /**
+   * The algorithm every throttler counts with. Default `'sliding-log'`: each hit counts for `ttl`
+   * from the moment it was made, as the throttler documents `ttl` and counts in its own storage.
+   * `'sliding-window'` keeps two counters per key instead of one entry per hit, and carries a
+   * hit's weight into the next window (see docs/nestjs.md for what each changes).
+   */
   algorithm?: AlgorithmName | undefined;
+  /**
+   * What is left when a `blockDuration` ends: `'reset'` (default) starts the key afresh, as the
+   * throttler's own storage does; `'keep'` keeps the hits from before the block, so a client
+   * still over the limit is blocked again.
+   */
+  afterBlock?: AfterBlock | undefined;
   /** Prefix of every key: `<prefix>:<throttler name>:<the guard's key>`. Default `'throttler'`. */
   prefix?: string | undefined;
   /** Longest wait for the store, in milliseconds. Default `500`. */
@@ -52,6 +63,7 @@ export interface RatewardenThrottlerStorageOptions {
 const OPTIONS = keysOf<RatewardenThrottlerStorageOptions>({
   store: true,
   algorithm: true,
+  afterBlock: true,
   prefix: true,
   timeoutMs: true,
   denyCacheSize: true,
@@ -65,6 +77,8 @@ const OPTIONS = keysOf<RatewardenThrottlerStorageOptions>({
 export type ThrottlerStorageRecord = Awaited<ReturnType<ThrottlerStorage['increment']>>;
 
 export const DEFAULT_THROTTLER_PREFIX = 'throttler';
+/** The algorithm of the throttler's own storage: every hit counts for `ttl` from when it was made. */
+const DEFAULT_THROTTLER_ALGORITHM: AlgorithmName = 'sliding-log';
 
 /**
  * Most limiters kept, one per distinct `blockDuration` (a limiter's `blockFor` is its own): far
@@ -72,21 +86,24 @@ export const DEFAULT_THROTTLER_PREFIX = 'throttler';
  */
 const MAX_LIMITERS = 64;
 
+const SECOND = 1_000;
+
 /**
  * A `ThrottlerStorage` of @nestjs/throttler over this package's limiter: pass it as
  * `ThrottlerModule.forRoot({ throttlers, storage })`. Each call checks the throttler's `limit`
  * per `ttl` (and, from a route, `@Throttle()`'s, or a function's answer) as it comes, with
  * `blockDuration` as `blockFor`; a denial counts nothing and comes back blocked, its
  * `timeToBlockExpire` the exact wait in whole seconds, rounded up, which the guard sends as
- * `Retry-After`.
+ * `Retry-After`. By default it counts as the throttler's own storage does: each hit lasts `ttl`
+ * (a sliding log), and a key starts afresh when its block ends.
  */
-const SECOND = 1_000;
-
 export class RatewardenThrottlerStorage implements ThrottlerStorage {
   private readonly base: LimiterOptions;
   /** The limiter of each `blockDuration` (ms) seen, but 0. */
   private readonly limiters = new LruMap<Limiter>(MAX_LIMITERS);
   private readonly failClosed: boolean;
+  /** The `afterBlock` of every limiter with a block. */
+  private readonly afterBlock: AfterBlock;
   private readonly onError: RatewardenThrottlerStorageOptions['onError'];
   /** What this storage has warned about. */
   private readonly warnings = new Warnings();
@@ -95,12 +112,13 @@ export class RatewardenThrottlerStorage implements ThrottlerStorage {
 
   constructor(options: RatewardenThrottlerStorageOptions = {}) {
     checkOptions(options, OPTIONS, 'RatewardenThrottlerStorage');
-    const { failMode = 'open', onError, ...limiterOptions } = options;
+    const { failMode = 'open', onError, afterBlock = 'reset', ...limiterOptions } = options;
     this.failClosed = oneOf(failMode, ['open', 'closed'] as const, 'failMode') === 'closed';
     this.onError = optionalFunction(onError, 'onError');
+    this.afterBlock = oneOf(afterBlock, ['keep', 'reset'] as const, 'afterBlock');
     // The store object itself, shared by every limiter (a default MemoryStore included).
-    this.limiter = createLimiter({ prefix: DEFAULT_THROTTLER_PREFIX, ...limiterOptions });
-    this.base = { ...limiterOptions, prefix: this.limiter.prefix, store: this.limiter.store };
+    this.limiter = createLimiter({ prefix: DEFAULT_THROTTLER_PREFIX, algorithm: DEFAULT_THROTTLER_ALGORITHM, ...limiterOptions });
+    this.base = { ...limiterOptions, algorithm: this.limiter.algorithm, prefix: this.limiter.prefix, store: this.limiter.store };
   }
 
   /**
@@ -149,7 +167,7 @@ export class RatewardenThrottlerStorage implements ThrottlerStorage {
     const name = String(blockFor);
     let limiter = this.limiters.get(name);
     if (limiter === undefined) {
-      limiter = createLimiter({ ...this.base, blockFor: `${blockFor}ms` });
+      limiter = createLimiter({ ...this.base, blockFor: `${blockFor}ms`, afterBlock: this.afterBlock });
       this.limiters.set(name, limiter);
     }
     return limiter;

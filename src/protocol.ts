@@ -30,10 +30,17 @@ export const ARGV_SLOT = {
   leaseMs: 8,
   /** The lease a check takes, or that a release or renewal names; `''` without a lease. */
   leaseId: 9,
+  /** Buckets per window of the `precise-window` algorithm; the other algorithms ignore it. */
+  precision: 10,
+  /**
+   * `'1'`: a block this check starts wipes the identifier's counts, so it starts afresh when the
+   * block ends (`afterBlock: 'reset'`); `'0'`: the counts stay (`'keep'`).
+   */
+  blockResets: 11,
 } as const;
 
 /** The slot of the first tier's limit; each tier takes two slots, its limit and its window (ms). */
-const FIRST_TIER_SLOT = 10;
+const FIRST_TIER_SLOT = 12;
 
 /** The lease part of a call: a check that takes a slot, or the release or renewal of one. */
 export interface LeaseCall {
@@ -53,11 +60,15 @@ export interface ScriptCall {
   readonly dryRun: boolean;
   /** Milliseconds of `blockFor`; 0 for none (settlements ignore it). */
   readonly blockFor: number;
+  /** Whether a block this check starts wipes the identifier's counts (`afterBlock: 'reset'`); default false. */
+  readonly blockResets?: boolean | undefined;
   /** When the check being settled counted its `cost`; 0 for a check. */
   readonly countedAt: number;
   /** What the check being settled turned out to cost; 0 for a check. */
   readonly actualCost: number;
   readonly tiers: readonly Tier[];
+  /** Buckets per window of the `precise-window` algorithm (a positive integer); the other algorithms ignore it. */
+  readonly precision: number;
   /** The lease a check takes (with `concurrency`), or that a release or renewal names; none otherwise. */
   readonly lease?: LeaseCall | undefined;
 }
@@ -74,6 +85,8 @@ export function scriptArgv(call: ScriptCall): (string | number)[] {
   argv[ARGV_SLOT.concurrency - 1] = call.lease?.concurrency ?? 0;
   argv[ARGV_SLOT.leaseMs - 1] = call.lease?.leaseMs ?? 0;
   argv[ARGV_SLOT.leaseId - 1] = call.lease?.id ?? '';
+  argv[ARGV_SLOT.precision - 1] = call.precision;
+  argv[ARGV_SLOT.blockResets - 1] = call.blockResets === true ? '1' : '0';
   for (let i = 0; i < call.tiers.length; i++) {
     argv[FIRST_TIER_SLOT - 1 + 2 * i] = call.tiers[i].limit;
     argv[FIRST_TIER_SLOT + 2 * i] = call.tiers[i].window;
@@ -134,6 +147,20 @@ export function pushTier(reply: number[], numerator: number, denominator: number
   reply[at + TIER_REPLY.resetMs] = resetMs;
 }
 
+/**
+ * A check's reply as it reads for an identifier with nothing counted: each tier's numerator, wait
+ * and reset 0 (the denominator kept). The reply of a check whose block wiped the counts.
+ */
+export function withNothingCounted(reply: readonly number[]): number[] {
+  const cleared = [...reply];
+  for (let at = REPLY.firstTier; at < cleared.length; at += TIER_REPLY.size) {
+    cleared[at + TIER_REPLY.numerator] = 0;
+    cleared[at + TIER_REPLY.waitMs] = 0;
+    cleared[at + TIER_REPLY.resetMs] = 0;
+  }
+  return cleared;
+}
+
 /** Appends what a check that takes a lease adds to its reply. */
 export function pushLease(reply: number[], inProgress: number, refused: 0 | 1): void {
   const at = reply.length;
@@ -191,7 +218,7 @@ local lastArgv, lastArgs
 local function readArgs(argv)
   if argv == lastArgv then
     local a = lastArgs
-    return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]
+    return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12]
   end
   local now = tonumber(argv[${ARGV_SLOT.now}]) or timeOfRun
   if not now then
@@ -208,14 +235,23 @@ local function readArgs(argv)
   end
   lastArgv = argv
   lastArgs = { now, tonumber(argv[${ARGV_SLOT.cost}]), argv[${ARGV_SLOT.dryRun}] == '1', tonumber(argv[${ARGV_SLOT.blockFor}]),
-    tonumber(argv[${ARGV_SLOT.countedAt}]), tonumber(argv[${ARGV_SLOT.actualCost}]), tiers, limits, windows, longest }
+    tonumber(argv[${ARGV_SLOT.countedAt}]), tonumber(argv[${ARGV_SLOT.actualCost}]), tiers, limits, windows, longest,
+    tonumber(argv[${ARGV_SLOT.precision}]), argv[${ARGV_SLOT.blockResets}] == '1' }
   local a = lastArgs
-  return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]
+  return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12]
 end
 local function checkReply(${inOrder(REPLY, ['firstTier'])})
   return { ${inOrder(REPLY, ['firstTier'])} }
 end
 ${luaPush('pushTier', TIER_REPLY)}
+-- The twin of withNothingCounted, in place.
+local function nothingCounted(reply)
+  for at = ${REPLY.firstTier}, #reply - 1, ${TIER_REPLY.size} do
+    reply[at + ${TIER_REPLY.numerator + 1}] = 0
+    reply[at + ${TIER_REPLY.waitMs + 1}] = 0
+    reply[at + ${TIER_REPLY.resetMs + 1}] = 0
+  end
+end
 local function settleReply(${inOrder(SETTLE_REPLY)})
   return { ${inOrder(SETTLE_REPLY)} }
 end
@@ -229,7 +265,8 @@ end
 `;
 
 /** The locals every script body reads, from `readArgs` of {@link LUA_PROTOCOL}. */
-export const LUA_ARGS = 'local now, cost, dryRun, blockFor, countedAt, actualCost, tiers, limits, windows, longest = readArgs(argv)';
+export const LUA_ARGS =
+  'local now, cost, dryRun, blockFor, countedAt, actualCost, tiers, limits, windows, longest, precision, blockResets = readArgs(argv)';
 
 /**
  * A batch call checks many keys in one script run. Its ARGV is the dry-run override (`'1'` makes

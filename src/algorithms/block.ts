@@ -11,9 +11,14 @@
  *   and makes the key live at least that long;
  * - a counting write (a check that counts, a settlement that charges) drops an expired marker;
  *   other writes keep it;
- * - a settlement never starts or lifts a block.
+ * - a settlement never starts or lifts a block;
+ * - with `blockResets` (`afterBlock: 'reset'`), the denial that starts a block also wipes the
+ *   identifier's counts: the key holds the marker alone and lives exactly `blockFor`, so the
+ *   identifier starts afresh when the block ends; that denial answers as an identifier with nothing
+ *   counted (`withNothingCounted`), so its wait is the block's, and no more. Without it the counts
+ *   stay: once the block ends, they decide again.
  */
-import { REPLY, SETTLE_REPLY } from '../protocol';
+import { REPLY, SETTLE_REPLY, withNothingCounted } from '../protocol';
 import type { MemoryResult, RawReply, ScriptArgs } from './types';
 
 /** The block marker of string keys, in Lua: read it, write it, and start a block after a denial. */
@@ -47,12 +52,21 @@ end
 local function writeBlock(key, now, blockFor, body)
   setAtLeast(key, withMarker(now + blockFor, body), blockFor)
 end
+-- Set by a check that started a block wiping the identifier's counts (blockResets): the frame of
+-- checkLua (prelude.ts) then answers with nothing counted. Cleared before every check.
+local countsWiped = false
 -- After a check on a string key: ms left on the identifier's block, either what remains of the
--- block it is under, or a new block of blockFor ms, started when this check (not a dry run) was denied.
-local function blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body)
+-- block it is under, or a new block of blockFor ms, started when this check (not a dry run) was
+-- denied: on the counters of body, or, with blockResets, on none (the key lives exactly blockFor).
+local function blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   if blockedUntil > now then return blockedUntil - now end
   if allowed == 0 and blockFor > 0 and not dryRun then
-    writeBlock(key, now, blockFor, body)
+    if blockResets then
+      redis.call('SET', key, withMarker(now + blockFor, nil), 'PX', blockFor)
+      countsWiped = true
+    else
+      writeBlock(key, now, blockFor, body)
+    end
     return blockFor
   end
   return 0
@@ -60,13 +74,12 @@ end
 `;
 
 /**
- * The twin of the Lua `setAtLeast`, for a settlement's charge: `next` replaces `previous`, and the
- * state lives at least until `livesUntil` (epoch ms; the Lua takes ms from now), a later expiry kept.
+ * The twin of the Lua `setAtLeast`, for a settlement's charge: `next` is the state, and it lives
+ * at least until `livesUntil` (epoch ms; the Lua takes ms from now), a later expiry of the key kept
+ * (a key that holds a block marker alone included).
  */
-export function setAtLeast<Body>(previous: Body | undefined, next: Body, livesUntil: number, reply: RawReply): MemoryResult<Body> {
-  return previous === undefined
-    ? { reply, state: next, expiresAt: livesUntil }
-    : { reply, state: next, expiresAt: undefined, minExpiresAt: livesUntil };
+export function setAtLeast<Body>(next: Body, livesUntil: number, reply: RawReply): MemoryResult<Body> {
+  return { reply, state: next, expiresAt: undefined, minExpiresAt: livesUntil };
 }
 
 /** An identifier's stored state: the algorithm's own (`body`), and the end of a block (0 for none). */
@@ -100,8 +113,9 @@ export function blockingCheck<Body>(
       return { reply: result.reply, state: storedWithBlock(stored, 0, result.state), expiresAt: result.expiresAt };
     }
     if (result.reply[REPLY.allowed] === 0 && blockFor > 0 && !dryRun) {
-      const reply = [...result.reply];
+      const reply = args.blockResets === true ? withNothingCounted(result.reply) : [...result.reply];
       reply[REPLY.blockedMs] = blockFor;
+      if (args.blockResets === true) return { reply, state: { blockedUntil: now + blockFor, body: undefined }, expiresAt: now + blockFor };
       return {
         reply,
         state: storedWithBlock(stored, now + blockFor, result.state),

@@ -23,16 +23,24 @@ interface CheckLua {
 /**
  * The check scripts of an algorithm, from its Lua `helpers` (functions of their arguments
  * only) and its check `body` (Lua that reads `key` and the locals of `LUA_ARGS`, and returns
- * the reply): `lua` checks `KEYS[1]` with ARGV; `batchLua` checks every key of `KEYS` in one
+ * the reply; a body that wipes the counts for a block sets `countsWiped`, as `blockAfterCheck`
+ * of block.ts does, and its reply then reads as nothing counted): `lua` checks `KEYS[1]` with ARGV; `batchLua` checks every key of `KEYS` in one
  * call, with the batch encoding of `protocol.ts`; `nodeBatchLua` checks keys of several Cluster
  * slots on one node (the node batch of `protocol.ts`); `leaseLua` checks `KEYS[1]` and takes a
  * lease in the lease key `KEYS[2]` (see `lease.ts`).
  */
 export function checkLua(helpers: string, body: string): CheckLua {
   const check = `${LUA_PRELUDE}${helpers}
-local function check(key, argv)
+local function checkBody(key, argv)
   ${LUA_ARGS}
 ${body}
+end
+-- A check whose block wiped the identifier's counts (block.ts) answers as the identifier it left.
+local function check(key, argv)
+  countsWiped = false
+  local reply = checkBody(key, argv)
+  if countsWiped then nothingCounted(reply) end
+  return reply
 end
 `;
   return {

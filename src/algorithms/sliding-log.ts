@@ -114,15 +114,11 @@ const CHECK = checkLua(
     if blockedUntil > 0 then redis.call('ZREM', key, '!') end
     redis.call('PEXPIRE', key, longest)
   end
-  local blockedMs = 0
+  local blockedMs, startsBlock = 0, false
   if blocked then
     blockedMs = blockedUntil - now
   elseif allowed == 0 and blockFor > 0 and not dryRun then
-    blockedMs = blockFor
-    redis.call('ZADD', key, -(now + blockFor), '!')
-    local ttl = redis.call('PTTL', key)
-    if ttl < blockFor then ttl = blockFor end
-    redis.call('PEXPIRE', key, ttl)
+    blockedMs, startsBlock = blockFor, true
   end
   -- How long until a request of \`units\` fits in tier i: until the oldest entries that must leave have left.
   local function waitFor(i, units)
@@ -143,6 +139,19 @@ const CHECK = checkLua(
     local reset = 0
     if remaining < limits[i] then reset = waitFor(i, remaining + 1) end
     pushTier(reply, counts[i], 1, waitFor(i, cost), reset)
+  end
+  -- The block starts once the reply is read from the log: the marker '!', beside the entries,
+  -- the key living at least blockFor; or, with blockResets, alone, the key living exactly blockFor.
+  if startsBlock and blockResets then
+    redis.call('DEL', key)
+    redis.call('ZADD', key, -(now + blockFor), '!')
+    redis.call('PEXPIRE', key, blockFor)
+    countsWiped = true
+  elseif startsBlock then
+    redis.call('ZADD', key, -(now + blockFor), '!')
+    local ttl = redis.call('PTTL', key)
+    if ttl < blockFor then ttl = blockFor end
+    redis.call('PEXPIRE', key, ttl)
   end
   return reply
 `,
@@ -241,7 +250,7 @@ function settle(state: number[] | undefined, { now, cost, dryRun, countedAt, act
   const log = state === undefined ? [] : state.slice(firstAbove(state, now - longest));
   const at = firstAbove(log, now);
   const next = [...log.slice(0, at), ...new Array<number>(charged).fill(now), ...log.slice(at)];
-  return setAtLeast(state, next, now + longest, settleReply(0, charged));
+  return setAtLeast(next, now + longest, settleReply(0, charged));
 }
 
 export const slidingLog: AlgorithmScripts<SlidingLogState> = defineAlgorithm(

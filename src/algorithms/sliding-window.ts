@@ -111,7 +111,7 @@ const CHECK = checkLua(
     end
     redis.call('SET', key, table.concat(parts, ' '), 'PX', 2 * longest)
   end
-  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body)
+  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local c, p, e, limit, window = current[i], previous[i], elapsed[i], limits[i], windows[i]
@@ -205,8 +205,9 @@ end
 `,
 );
 
-const settle = counterSettle({
-  giveBack(next, units, { countedAt, tiers }) {
+const settle = counterSettle<number[]>({
+  giveBack(state, units, { countedAt, tiers }) {
+    const next = [...state];
     let givenBack = 0;
     for (let i = 0; i < tiers.length && 3 * i < next.length; i++) {
       const index = Math.floor(countedAt / tiers[i].window);
@@ -216,7 +217,7 @@ const settle = counterSettle({
       next[slot] -= back;
       givenBack += back;
     }
-    return givenBack;
+    return { givenBack, next };
   },
   charge(state, charged, { now, tiers }) {
     const next = new Array<number>(3 * tiers.length);

@@ -1,5 +1,6 @@
 /** Validation and resolution of {@link LimiterOptions}: each default once, each option checked once. */
 import { ALGORITHM_NAMES } from '../algorithms';
+import { DEFAULT_PRECISION } from '../algorithms/precise-window';
 import type { AlgorithmName } from '../algorithms/types';
 import { OptionError, Warnings } from '../errors';
 import { type MetricsMeter, resolveMetrics } from '../metrics';
@@ -17,7 +18,7 @@ import {
   positiveInteger,
 } from '../validate';
 import { type ResolvedBreakerOptions, resolveBreakerOptions } from './breaker';
-import type { LimiterOptions } from './types';
+import type { AfterBlock, LimiterOptions } from './types';
 
 const DEFAULT_ALGORITHM: AlgorithmName = 'sliding-window';
 export const DEFAULT_PREFIX = 'rl';
@@ -34,11 +35,13 @@ export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
   window: true,
   limits: true,
   algorithm: true,
+  precision: true,
   prefix: true,
   clock: true,
   timeoutMs: true,
   denyCacheSize: true,
   blockFor: true,
+  afterBlock: true,
   shadow: true,
   concurrency: true,
   leaseMs: true,
@@ -52,12 +55,15 @@ export interface ResolvedLimiterOptions {
   readonly store: Store;
   readonly tiers: readonly Tier[];
   readonly algorithm: AlgorithmName;
+  /** Buckets per window of `'precise-window'`. */
+  readonly precision: number;
   readonly prefix: string;
   readonly clock: (() => number) | undefined;
   readonly timeoutMs: number;
   readonly denyCacheSize: number;
   /** Milliseconds; 0 for none. */
   readonly blockFor: number;
+  readonly afterBlock: AfterBlock;
   readonly shadow: boolean;
   /** Most requests in progress per identifier; 0 for no bound. */
   readonly concurrency: number;
@@ -87,6 +93,11 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
   // A bound on requests in progress alone: no rate tiers unless some are given.
   const rateless = concurrency > 0 && options.limit === undefined && options.window === undefined && options.limits === undefined;
   const tiers = Object.freeze(rateless ? [] : resolveTiers(options, warnings));
+  const blockFor = options.blockFor === undefined || options.blockFor === 0 ? 0 : parseDuration(options.blockFor, 'blockFor', warnings);
+  const afterBlock = oneOf(options.afterBlock ?? 'keep', ['keep', 'reset'] as const, 'afterBlock');
+  if (blockFor === 0 && options.afterBlock !== undefined) {
+    throw new OptionError('SWL_CONFLICTING_OPTIONS', 'afterBlock: takes effect with blockFor only: give blockFor too, or drop afterBlock');
+  }
   const store = options.store ?? new MemoryStore();
   // Validated whatever the store.
   const breaker = resolveBreakerOptions(options.breaker);
@@ -99,16 +110,25 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
       'store: concurrency needs a store that keeps leases (checkLease and changeLease), as RedisStore and MemoryStore do',
     );
   }
+  const algorithm = oneOf(options.algorithm === undefined ? DEFAULT_ALGORITHM : options.algorithm, ALGORITHM_NAMES, 'algorithm');
+  if (options.precision !== undefined && algorithm !== 'precise-window') {
+    throw new OptionError(
+      'SWL_CONFLICTING_OPTIONS',
+      `precision: takes effect with algorithm 'precise-window' only, got algorithm '${algorithm}': drop precision, or set the algorithm`,
+    );
+  }
   return {
     store,
     tiers,
-    algorithm: oneOf(options.algorithm === undefined ? DEFAULT_ALGORITHM : options.algorithm, ALGORITHM_NAMES, 'algorithm'),
+    algorithm,
+    precision: options.precision === undefined ? DEFAULT_PRECISION : positiveInteger(options.precision, 'precision'),
     prefix: resolvePrefix(options.prefix === undefined ? DEFAULT_PREFIX : options.prefix),
     clock: optionalFunction(options.clock, 'clock'),
     timeoutMs: options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : positiveInteger(options.timeoutMs, 'timeoutMs'),
     denyCacheSize:
       options.denyCacheSize === undefined ? DEFAULT_DENY_CACHE_SIZE : nonNegativeInteger(options.denyCacheSize, 'denyCacheSize'),
-    blockFor: options.blockFor === undefined || options.blockFor === 0 ? 0 : parseDuration(options.blockFor, 'blockFor', warnings),
+    blockFor,
+    afterBlock,
     shadow: oneOf(options.shadow ?? false, [true, false], 'shadow'),
     concurrency,
     leaseMs: options.leaseMs === undefined ? DEFAULT_LEASE_MS : parseDuration(options.leaseMs, 'leaseMs', warnings),

@@ -16,7 +16,7 @@ import { DenyCache } from './deny-cache';
 import { KeyCache, leaseKeyOf } from './keys';
 import { type ChangeLease, HeldLease, LeaseIds } from './leases';
 import { LIMITER_OPTIONS, type ResolvedLimiterOptions, resolveLimiterOptions, validateCost } from './limiter-options';
-import type { CheckOptions, Decision, Limiter, LimiterOptions, WaitOptions } from './types';
+import type { AfterBlock, CheckOptions, Decision, Limiter, LimiterOptions, WaitOptions } from './types';
 import { Waiters } from './wait';
 
 /**
@@ -67,10 +67,12 @@ type RunCheck = CallbackStore['checkWithCallback'];
 class RateLimiter implements LimiterCore {
   readonly store: Store;
   readonly algorithm: AlgorithmName;
+  readonly precision: number;
   readonly tiers: readonly Tier[];
   readonly prefix: string;
   readonly timeoutMs: number;
   readonly blockFor: number;
+  readonly afterBlock: AfterBlock;
   readonly shadow: boolean;
   readonly concurrency: number;
   readonly smallestLimit: number;
@@ -78,6 +80,8 @@ class RateLimiter implements LimiterCore {
   /** What this limiter has warned about. */
   readonly warnings: Warnings;
   private readonly scripts: AlgorithmScripts;
+  /** Whether a block this limiter starts wipes the counts (`afterBlock: 'reset'`). */
+  private readonly blockResets: boolean;
   private readonly clock: (() => number) | undefined;
   private readonly denyCache: DenyCache | undefined;
   private readonly keys: KeyCache;
@@ -96,11 +100,14 @@ class RateLimiter implements LimiterCore {
   constructor(options: ResolvedLimiterOptions) {
     this.store = options.store;
     this.algorithm = options.algorithm;
+    this.precision = options.precision;
     this.tiers = options.tiers;
     this.prefix = options.prefix;
     this.timeoutMs = options.timeoutMs;
     this.clock = options.clock;
     this.blockFor = options.blockFor;
+    this.afterBlock = options.afterBlock;
+    this.blockResets = options.afterBlock === 'reset';
     this.shadow = options.shadow;
     this.concurrency = options.concurrency;
     this.leaseMs = options.leaseMs;
@@ -174,9 +181,11 @@ class RateLimiter implements LimiterCore {
       cost,
       dryRun: changes?.dryRun ?? false,
       blockFor: changes?.blockFor ?? this.blockFor,
+      blockResets: this.blockResets,
       countedAt: changes?.countedAt ?? 0,
       actualCost: changes?.actualCost ?? 0,
       tiers,
+      precision: this.precision,
       lease: changes?.lease,
     };
   }

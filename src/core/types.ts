@@ -9,6 +9,9 @@ import type { Tier, TierOptions } from '../tiers';
 import type { Duration } from '../validate';
 import type { BreakerOptions } from './breaker';
 
+/** What is left of an identifier's counts when its `blockFor` block ends: `'keep'` them, or `'reset'` to a whole quota. */
+export type AfterBlock = 'keep' | 'reset';
+
 /** Options of {@link createLimiter}. */
 export interface LimiterOptions {
   /** Where counts are kept: a `RedisStore`, or a `MemoryStore` (the default: a new one per limiter). */
@@ -26,11 +29,23 @@ export interface LimiterOptions {
    */
   limits?: readonly TierOptions[] | undefined;
   /**
-   * `'sliding-window'` (default): the sliding window counter, two counters per tier, close to exact.
+   * `'sliding-window'` (default): the sliding window counter, two counters per tier; close to exact
+   * below the limit, wrong on about one request in seven at a limit kept fully used.
+   * `'precise-window'`: a sliding window over units kept per bucket (see `precision`): near exact
+   * at a counter's cost in memory and Redis time; for billing, small limits, and any limit whose
+   * decisions near the limit matter.
    * `'fixed-window'`: one counter per window, cheapest, but lets up to twice the limit through around
-   * a window boundary. `'sliding-log'`: exact, one entry per counted unit; for billing or very small limits.
+   * a window boundary. `'sliding-log'`: exact, one entry per counted unit, memory growing with the limit.
+   * `'token-bucket'`: a bucket of `limit` tokens refilled over `window`, for smooth rates with bursts.
    */
   algorithm?: AlgorithmName | undefined;
+  /**
+   * For `algorithm: 'precise-window'` only: buckets per window, a positive integer. Each bucket is
+   * `window / precision` ms wide (at least 1 ms), so a `precision` at least the window in ms is an
+   * exact sliding log. A tier keeps at most `precision + 1` buckets. Default `6000` (10 ms buckets
+   * for a one-minute window).
+   */
+  precision?: number | undefined;
   /** Prefix of every key this limiter writes: `${prefix}:${identifier}`. Default `'rl'`. Give each limiter its own. */
   prefix?: string | undefined;
   /**
@@ -53,6 +68,14 @@ export interface LimiterOptions {
    * survives restarts; `reset()` lifts it. Default: no block.
    */
   blockFor?: Duration | undefined;
+  /**
+   * What is left when a `blockFor` block ends. `'keep'` (default): the counts from before the
+   * block still count, so a client still over the limit is refused again (and blocked again).
+   * `'reset'`: the identifier starts afresh with its whole quota, as @nestjs/throttler's own
+   * storage and rate-limiter-flexible's `blockDuration` do; the denial that starts the block
+   * forgets the counts, and its `retryAfterMs` is the block's length. Takes effect with `blockFor` only.
+   */
+  afterBlock?: AfterBlock | undefined;
   /**
    * Shadow mode: check and count every request exactly as if the limit were enforced, but mark
    * every decision `shadow: true`; the HTTP adapters then never refuse a request (and send no
@@ -276,11 +299,15 @@ export interface Limiter {
   keyFor(identifier: string): string;
   readonly store: Store;
   readonly algorithm: AlgorithmName;
+  /** Buckets per window of `'precise-window'` (the `precision` option, or its default); the other algorithms ignore it. */
+  readonly precision: number;
   readonly tiers: readonly Tier[];
   readonly prefix: string;
   readonly timeoutMs: number;
   /** Milliseconds of `blockFor`; 0 for none. */
   readonly blockFor: number;
+  /** What is left when a block ends: `'keep'` the counts, or `'reset'` them. */
+  readonly afterBlock: AfterBlock;
   readonly shadow: boolean;
   /** Most requests in progress per identifier; 0 for no bound. */
   readonly concurrency: number;

@@ -57,6 +57,14 @@ function randomTiers(random: () => number, algorithm: AlgorithmName): Tier[] {
   }));
 }
 
+/** Precisions of \`precise-window\`: buckets as wide as the window, a few wide ones, and the default (mostly exact here). */
+const PRECISIONS = [1, 2, 7, 60, 6_000];
+
+/** The precision of a configuration: a random one for \`precise-window\` (the others ignore it, and draw nothing). */
+function randomPrecision(random: () => number, algorithm: AlgorithmName): number {
+  return algorithm === 'precise-window' ? PRECISIONS[Math.floor(random() * PRECISIONS.length)] : 1;
+}
+
 /** The next clock value: same ms, a few ms, around a tier's window boundary, within a window, several windows. */
 function nextTime(now: number, tiers: readonly Tier[], random: () => number): number {
   const window = tiers[Math.floor(random() * tiers.length)].window;
@@ -85,8 +93,10 @@ function randomCost(random: () => number, tiers: readonly Tier[]): number {
 }
 
 /** The PTTL a counting write must leave, per algorithm (a token bucket's: until every bucket is full again). */
-function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: number, decision: Decision): number {
+function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: number, decision: Decision, precision: number): number {
   const longest = Math.max(...tiers.map((tier) => tier.window));
+  // Until the newest unit has left every window: a window and a bucket after its bucket.
+  if (algorithm === 'precise-window') return Math.max(...tiers.map(({ window }) => window + Math.max(1, Math.floor(window / precision))));
   if (algorithm === 'sliding-window') return 2 * longest;
   if (algorithm === 'sliding-log') return longest;
   if (algorithm === 'token-bucket') {
@@ -225,7 +235,19 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
     test('seeded random sequence of checks and peeks over random tier configurations', async () => {
       const seed = 0x5eed + ALGORITHMS.indexOf(algorithm);
       const random = seeded(seed);
-      const counts = { steps: 0, allowed: 0, denied: 0, peeks: 0, multiTier: 0, writes: 0, resets: 0, refunds: 0, ownLimits: 0, blocks: 0 };
+      const counts = {
+        steps: 0,
+        allowed: 0,
+        denied: 0,
+        peeks: 0,
+        multiTier: 0,
+        writes: 0,
+        resets: 0,
+        refunds: 0,
+        ownLimits: 0,
+        blocks: 0,
+        wipingBlocks: 0,
+      };
       ttl.last = undefined;
       const redisClientWithTtl = persisting();
       for (let config = 0; config < 12; config++) {
@@ -235,14 +257,19 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         let now = config % 4 === 0 ? Math.floor(random() * 50) : 1_700_000_000_000 + Math.floor(random() * 100_000);
         const clock = () => now;
         const redisStore = new RedisStore({ client: redisClientWithTtl });
-        // A third of the configurations block denied identifiers (blockFor).
+        // A third of the configurations block denied identifiers (blockFor), half of those wiping
+        // the counts for the block (afterBlock: 'reset').
         const blockFor = config % 3 === 2 ? 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window))) : 0;
+        const precision = randomPrecision(random, algorithm);
+        const afterBlock = config % 6 === 5 ? 'reset' : undefined;
         const common = {
           limits: inMs(tiers),
           algorithm,
+          ...(algorithm === 'precise-window' ? { precision } : {}),
           clock,
           denyCacheSize: 0,
           blockFor: blockFor === 0 ? undefined : `${blockFor}ms`,
+          afterBlock,
         } as const;
         const prefix = uniquePrefix('diff');
         const onRedis = createLimiter({ ...common, store: redisStore, prefix });
@@ -307,7 +334,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
             );
           }
           if (fromRedis.counted) {
-            const expected = expectedTtl(algorithm, callTiers, now, fromRedis);
+            const expected = expectedTtl(algorithm, callTiers, now, fromRedis, precision);
             expiry.set(id, now + expected);
             // Read in the same MULTI as the write. Redis does not expire keys inside a MULTI, but
             // PTTL is counted on its real clock: allow for a server that was descheduled meanwhile.
@@ -316,11 +343,17 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
             }
             counts.writes++;
           } else if (fromRedis.blocked && !peek && (blockedUntil.get(id) ?? 0) <= now) {
-            // A fresh block: the (persisted) key must live at least blockFor.
+            // A fresh block: the (persisted) key must live at least blockFor; exactly that when
+            // the block wiped the counts, which the denial then shows: nothing counted.
             blockedUntil.set(id, now + blockFor);
-            expiry.set(id, Math.max(expiry.get(id) ?? 0, now + blockFor));
+            expiry.set(id, afterBlock === 'reset' ? now + blockFor : Math.max(expiry.get(id) ?? 0, now + blockFor));
             if (ttl.last! > blockFor || ttl.last! < blockFor - 50) {
               throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a block, expected ${blockFor}`);
+            }
+            if (afterBlock === 'reset') {
+              expect(fromRedis.tiers.map((tier) => tier.estimated)).toEqual(callTiers.map(() => 0));
+              expect(fromRedis.retryAfterMs).toBe(blockFor);
+              counts.wipingBlocks++;
             }
             counts.blocks++;
           } else if (ttl.last !== -1 && ttl.last !== -2) {
@@ -346,6 +379,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         refunds: 100,
         ownLimits: 200,
         blocks: 30,
+        wipingBlocks: 10,
       });
     });
   });
@@ -372,6 +406,7 @@ describe.each(ALGORITHMS)('%s with a concurrency bound: RedisStore and MemorySto
       let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
       const common = {
         algorithm,
+        ...(algorithm === 'precise-window' ? { precision: randomPrecision(random, algorithm) } : {}),
         clock: () => now,
         denyCacheSize: 0,
         concurrency,
@@ -442,9 +477,12 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<{ bloc
     const marker = await client.zscore(key, '!');
     return { blockedUntil: marker === null ? 0 : -Number(marker), body: scores };
   }
-  const value = await client.get(key);
+  // Read as bytes: a precise window's entries are binary.
+  const value = (await client.getBuffer(key))?.toString('latin1') ?? null;
   if (value === null) return { blockedUntil: 0, body: [] };
-  const [, until, rest] = /^(?:!([0-9a-z]+) ?)?(.*)$/.exec(value)!;
+  const [, until, rest] = /^(?:!([0-9a-z]+) ?)?(.*)$/s.exec(value)!;
+  if (algorithm === 'precise-window')
+    return { blockedUntil: until === undefined ? 0 : parseInt(until, 36), body: [...Buffer.from(rest, 'latin1')] };
   // A token bucket keeps per tier 'm:r' in base 36, or m in decimal: the twin holds [m, r] pairs.
   const body =
     algorithm === 'token-bucket'
@@ -458,8 +496,10 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<{ bloc
 
 /** The twin's state in the same shape. */
 function twinState(state: unknown): { blockedUntil: number; body: number[] } {
-  const stored = state as { blockedUntil: number; body: number[] | undefined } | undefined;
-  return { blockedUntil: stored?.blockedUntil ?? 0, body: [...(stored?.body ?? [])] };
+  const stored = state as { blockedUntil: number; body: number[] | string | undefined } | undefined;
+  const body = stored?.body ?? [];
+  // A precise window keeps its string, one character per byte.
+  return { blockedUntil: stored?.blockedUntil ?? 0, body: typeof body === 'string' ? [...Buffer.from(body, 'latin1')] : [...body] };
 }
 
 describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', (algorithm) => {
@@ -473,14 +513,18 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     let refunded = 0;
     let charges = 0;
     let blockedChecks = 0;
+    let wipingBlocks = 0;
     for (let config = 0; config < 8; config++) {
       const tiers = randomTiers(random, algorithm);
+      const precision = randomPrecision(random, algorithm);
       const key = `${uniquePrefix('raw')}:k`;
       let now = config % 2 === 0 ? Math.floor(random() * 20) : 1_700_000_000_000 + Math.floor(random() * 100_000);
       let state: unknown;
       const counted: { at: number; cost: number }[] = [];
-      // Half the configurations block a denied identifier for a while (blockFor).
+      // Half the configurations block a denied identifier for a while (blockFor), half of those
+      // wiping its counts for the block (blockResets).
       const blockFor = config % 2 === 1 ? 0 : 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window)));
+      const blockResets = config % 4 === 0;
       for (let step = 0; step < 150; step++) {
         now = nextTime(now, tiers, random);
         const settle = random() < (counted.length > 0 ? 0.2 : 0.03);
@@ -497,12 +541,12 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
           cost = taken.cost;
           const roll = random();
           actualCost = roll < 0.4 ? 0 : roll < 0.7 ? Math.floor(random() * cost) : cost + 1 + Math.floor(random() * 2 * tiers[0].limit);
-          const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, actualCost, tiers };
+          const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, actualCost, tiers, precision };
           argv = scriptArgv(args);
           result = scripts.settle.apply(state, args);
         } else {
           cost = randomCost(random, tiers);
-          const args = { now, cost, dryRun, blockFor, countedAt: 0, actualCost: 0, tiers };
+          const args = { now, cost, dryRun, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision };
           argv = scriptArgv(args);
           result = scripts.check.apply(state, args);
         }
@@ -533,6 +577,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
         } else {
           if (fromLua[0] === 0) denied++;
           if (fromLua[2] > 0) blockedChecks++;
+          if (blockResets && fromLua[2] === blockFor && !dryRun) wipingBlocks++;
           if (fromLua[0] === 1 && cost > 0 && !dryRun) counted.push({ at: now, cost });
         }
       }
@@ -544,6 +589,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     expect(refunds - refunded).toBeGreaterThan(5);
     expect(charges).toBeGreaterThan(10);
     expect(blockedChecks).toBeGreaterThan(50);
+    expect(wipingBlocks).toBeGreaterThan(5);
   });
 });
 
@@ -559,10 +605,12 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
       let sharedBatches = 0;
       for (let config = 0; config < 6; config++) {
         const tiers = randomTiers(random, algorithm);
+        const precision = randomPrecision(random, algorithm);
         const keys = Array.from({ length: 4 }, (_, i) => `${uniquePrefix('batch')}:k${i}`);
         const states = new Map<string, unknown>();
         let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
         const blockFor = config % 2 === 0 ? 0 : 1 + Math.floor(random() * 1_000);
+        const blockResets = config % 4 === 3;
         for (let step = 0; step < 40; step++) {
           now = nextTime(now, tiers, random);
           // Some batches have one set of arguments for every key, sent once (ARGV[2] alone).
@@ -574,10 +622,23 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
           }));
           const dryAll = random() < 0.1;
           const sharedArgv =
-            shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, countedAt: 0, actualCost: 0, tiers });
+            shared === undefined
+              ? undefined
+              : scriptArgv({ now, ...shared, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision });
           const perKey = entries.map(
             (entry) =>
-              sharedArgv ?? scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, countedAt: 0, actualCost: 0, tiers }),
+              sharedArgv ??
+              scriptArgv({
+                now,
+                cost: entry.cost,
+                dryRun: entry.dryRun,
+                blockFor,
+                blockResets,
+                countedAt: 0,
+                actualCost: 0,
+                tiers,
+                precision,
+              }),
           );
           const entryKeys = entries.map((entry) => entry.key);
           const argv = form === 'batch' ? batchArgv(perKey) : batchArgv(perKey, entryKeys);
@@ -598,9 +659,11 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
               cost: entry.cost,
               dryRun: entry.dryRun || dryAll,
               blockFor,
+              blockResets,
               countedAt: 0,
               actualCost: 0,
               tiers,
+              precision,
             });
             states.set(entry.key, result.state);
             const context = `config ${config}, step ${step}, entry ${i} of ${entries.length}, ${JSON.stringify(entry)}, dry all ${dryAll}`;

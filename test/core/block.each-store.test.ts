@@ -1,4 +1,14 @@
-import { createLimiter, type Decision, type Limiter, type LimiterOptions, MemoryStore, OptionError, type Store } from '../../src';
+import {
+  type AfterBlock,
+  createLimiter,
+  type Decision,
+  type Limiter,
+  type LimiterOptions,
+  MemoryStore,
+  OptionError,
+  type Store,
+} from '../../src';
+import { ALGORITHM_NAMES } from '../../src/algorithms';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { decisionEssentials } from '../helpers/decisions';
 import { keysUnder, manualClock, uniquePrefix } from '../helpers/redis';
@@ -13,18 +23,22 @@ const TIERS = [
 ];
 /** Longer than any wait or reset the counts alone produce with TIERS after two requests. */
 const BLOCK = MINUTE;
-const ALGORITHMS = ['sliding-window', 'fixed-window', 'sliding-log'] as const satisfies readonly AlgorithmName[];
-type Tested = (typeof ALGORITHMS)[number];
 /**
  * The counts' own wait for a third request of cost 1 after two at START (on a boundary):
  * the fixed window ends after 1 s; the log's oldest entry leaves after 1 s; the sliding window
- * counter carries the two into the next window, where 2 * (1000 - e) / 1000 + 1 <= 2 from e = 500.
+ * counter carries the two into the next window, where 2 * (1000 - e) / 1000 + 1 <= 2 from e = 500;
+ * the token bucket of 2 per second has one unit back after 500 ms; the precise window's 1 ms
+ * buckets (1 s at the default precision) make it the log: 1 s.
  */
-const COUNTS_WAIT: Record<Tested, number> = {
+const COUNTS_WAIT: Record<AlgorithmName, number> = {
   'sliding-window': 1_500,
   'fixed-window': 1_000,
   'sliding-log': 1_000,
+  'token-bucket': 500,
+  'precise-window': 1_000,
 };
+/** A block shorter than every algorithm's COUNTS_WAIT. */
+const SHORT = 300;
 
 const STORES = storesWithClusterOfTestFile();
 const REDIS_STORES = STORES.filter((kind) => kind.name !== 'MemoryStore');
@@ -59,7 +73,7 @@ function expectBlocked(decision: Decision, now: number, until: number): void {
 }
 
 describe.each(STORES)('blockFor on $name', (kind) => {
-  describe.each(ALGORITHMS)('%s', (algorithm) => {
+  describe.each(ALGORITHM_NAMES)('%s', (algorithm) => {
     function setup(options: LimiterOptions = {}) {
       const clock = manualClock(START);
       const store = options.store ?? kind.make();
@@ -135,7 +149,6 @@ describe.each(STORES)('blockFor on $name', (kind) => {
     });
 
     test("blockFor shorter than the counts' own wait: retryAfterMs is the counts' wait, and exact", async () => {
-      const SHORT = 300;
       const { clock, limiter } = setup({ blockFor: `${SHORT}ms` });
       const denial = await deny(limiter);
       const wait = COUNTS_WAIT[algorithm];
@@ -176,6 +189,66 @@ describe.each(STORES)('blockFor on $name', (kind) => {
       expect(await other.check('u')).toMatchObject({ allowed: true, blocked: false, cached: false });
     });
 
+    describe("afterBlock: 'reset'", () => {
+      test("the denial that starts the block forgets the counts: nothing counted, a wait of exactly blockFor, whatever the counts' own wait; then a whole quota in every tier", async () => {
+        const { clock, limiter } = setup({ blockFor: `${SHORT}ms`, afterBlock: 'reset' });
+        expect(limiter.afterBlock).toBe('reset');
+        const denial = await deny(limiter);
+        expectBlocked(denial, START, START + SHORT);
+        expect(denial.tiers.map((tier) => tier.estimated)).toEqual([0, 0]);
+
+        clock.set(START + SHORT - 1);
+        const blocked = await limiter.check('u');
+        expectBlocked(blocked, START + SHORT - 1, START + SHORT);
+        expect(blocked.tiers.map((tier) => tier.estimated)).toEqual([0, 0]);
+
+        // Where the counts would still refuse (COUNTS_WAIT > SHORT), the whole quota is back.
+        clock.set(START + SHORT);
+        const first = await limiter.check('u');
+        expect(first).toMatchObject({ allowed: true, blocked: false, counted: true, remaining: 1 });
+        expect(first.tiers.map((tier) => tier.estimated)).toEqual([1, 1]);
+        expect(await limiter.check('u')).toMatchObject({ allowed: true, remaining: 0 });
+        // Over the limit again: a new block, wiping again.
+        expectBlocked(await limiter.check('u'), START + SHORT, START + 2 * SHORT);
+      });
+
+      test("afterBlock: 'keep' (the default) leaves the counts: the same start refuses until the counts' wait", async () => {
+        const { clock, limiter } = setup({ blockFor: `${SHORT}ms` });
+        expect(limiter.afterBlock).toBe('keep');
+        await deny(limiter);
+        clock.set(START + SHORT);
+        expect(await limiter.peek('u')).toMatchObject({ allowed: false, blocked: false, retryAfterMs: COUNTS_WAIT[algorithm] - SHORT });
+      });
+
+      test('a refund during the block gives nothing back; a charge during it counts after it', async () => {
+        const { clock, limiter } = setup({ blockFor: `${SHORT}ms`, afterBlock: 'reset' });
+        const counted = await limiter.check('u');
+        const settled = await limiter.check('u');
+        expect((await limiter.check('u')).blocked).toBe(true);
+        clock.set(START + 100);
+        await limiter.refund('u', counted);
+        expect((await limiter.peek('u', { cost: 0 })).tiers.map((tier) => tier.estimated)).toEqual([0, 0]);
+        // The second request turns out to cost 2: one more unit, charged at START + 100.
+        await limiter.settle('u', settled, 2);
+        clock.set(START + SHORT);
+        const after = await limiter.check('u');
+        expect(after).toMatchObject({ allowed: true, blocked: false });
+        expect(after.tiers[0].estimated).toBeGreaterThan(1);
+      });
+
+      test('with the deny cache: answered locally until the block ends, then the store gives the whole quota', async () => {
+        const { store, calls } = countingStore(kind.make());
+        const { clock, limiter } = setup({ store, blockFor: `${SHORT}ms`, afterBlock: 'reset', denyCacheSize: 10_000 });
+        await deny(limiter);
+        clock.set(START + SHORT - 1);
+        expect(await limiter.check('u')).toMatchObject({ allowed: false, blocked: true, cached: true, retryAfterMs: 1 });
+        expect(calls.check).toBe(3);
+        clock.set(START + SHORT);
+        for (let i = 0; i < 2; i++) expect(await limiter.check('u')).toMatchObject({ allowed: true, cached: false });
+        expect(calls.check).toBe(5);
+      });
+    });
+
     test('the deny cache answers a blocked identifier until the block ends with no store call after the first refusal', async () => {
       const { store, calls } = countingStore(kind.make());
       const { clock, limiter } = setup({ store, denyCacheSize: 10_000 });
@@ -201,10 +274,10 @@ describe.each(STORES)('blockFor on $name', (kind) => {
 });
 
 onRedis.describe.each(REDIS_STORES)('the block is in Redis, on $name', (kind) => {
-  describe.each(ALGORITHMS)('%s', (algorithm) => {
-    function limiterAt(clock: () => number, prefix: string): Limiter {
+  describe.each(ALGORITHM_NAMES)('%s', (algorithm) => {
+    function limiterAt(clock: () => number, prefix: string, afterBlock?: AfterBlock): Limiter {
       // Each its own deny cache, as separate processes have.
-      return createLimiter({ store: kind.make(), limits: TIERS, algorithm, clock, prefix, blockFor: BLOCK });
+      return createLimiter({ store: kind.make(), limits: TIERS, algorithm, clock, prefix, blockFor: BLOCK, afterBlock });
     }
 
     test('a block set through one limiter is honoured by another at once, and by one built later (a restarted process)', async () => {
@@ -239,9 +312,10 @@ onRedis.describe.each(REDIS_STORES)('the block is in Redis, on $name', (kind) =>
       for (let i = 0; i < 2; i++) await limiter.check('u');
       const countsTtl = await redis.pttl(key);
       // The counts alone keep the key 10 s (fixed window: to the end of the 10 s window; log: one
-      // longest window) or 20 s (sliding window: two longest windows), all shorter than the block.
+      // longest window), 20 s (sliding window: two longest windows), 10 s and a 1 ms bucket (precise
+      // window) or 2 s (token bucket: until both buckets are full), all shorter than the block.
       expect(countsTtl).toBeGreaterThan(0);
-      expect(countsTtl).toBeLessThanOrEqual(algorithm === 'sliding-window' ? 20_000 : 10_000);
+      expect(countsTtl).toBeLessThanOrEqual({ 'sliding-window': 20_000, 'precise-window': 10_001 }[algorithm as string] ?? 10_000);
 
       const before = Date.now();
       expect((await limiter.check('u')).blocked).toBe(true);
@@ -260,6 +334,24 @@ onRedis.describe.each(REDIS_STORES)('the block is in Redis, on $name', (kind) =>
         expect(await redis.get(key)).toMatch(new RegExp(`^!${(START + BLOCK).toString(36)} `));
       }
     });
+
+    test("afterBlock: 'reset': the key holds the block marker alone, and lives exactly blockFor", async () => {
+      const redis = kind.redis()!;
+      const clock = manualClock(START);
+      const limiter = limiterAt(clock.now, uniquePrefix('wipe'), 'reset');
+      const key = limiter.keyFor('u');
+      for (let i = 0; i < 2; i++) await limiter.check('u');
+      const before = Date.now();
+      expect((await limiter.check('u')).blocked).toBe(true);
+      const ttl = await redis.pttl(key);
+      expect(ttl).toBeLessThanOrEqual(BLOCK);
+      expect(ttl).toBeGreaterThanOrEqual(BLOCK - (Date.now() - before) - 1);
+      if (algorithm === 'sliding-log') {
+        expect(await redis.zrange(key, '0', '-1', 'WITHSCORES')).toEqual(['!', String(-(START + BLOCK))]);
+      } else {
+        expect(await redis.get(key)).toBe(`!${(START + BLOCK).toString(36)}`);
+      }
+    });
   });
 });
 
@@ -267,6 +359,17 @@ withoutRedis.describe('blockFor option', () => {
   test.each([-1, 'soon'])('blockFor %p throws an OptionError naming blockFor', (blockFor) => {
     expect(() => createLimiter({ blockFor })).toThrow(OptionError);
     expect(() => createLimiter({ blockFor })).toThrow(/^blockFor: /);
+  });
+
+  test("afterBlock: 'keep' or 'reset', with blockFor only", () => {
+    expect(createLimiter({ blockFor: '1m' }).afterBlock).toBe('keep');
+    expect(createLimiter({ blockFor: '1m', afterBlock: 'reset' }).afterBlock).toBe('reset');
+    expect(() => createLimiter({ blockFor: '1m', afterBlock: 'forget' as AfterBlock })).toThrow(
+      expect.objectContaining({ code: 'SWL_INVALID_CHOICE', message: expect.stringMatching(/^afterBlock: /) }),
+    );
+    expect(() => createLimiter({ afterBlock: 'reset' })).toThrow(
+      expect.objectContaining({ code: 'SWL_CONFLICTING_OPTIONS', message: expect.stringMatching(/^afterBlock: /) }),
+    );
   });
 
   test("durations are read as milliseconds; 0 means no block: a denial then waits for the counts' wait only", async () => {
@@ -313,7 +416,6 @@ describe.each(STORES)('the deny cache with blockFor on $name', (kind) => {
 
   // A blocked denial is cached only until the block ends: a denial from the store after that starts a new block.
   test("blockFor shorter than the counts' wait: the same decisions with and without the deny cache", async () => {
-    const SHORT = 300;
     const clock = manualClock(START);
     const store = kind.make();
     const common = { store, limits: TIERS, algorithm: 'fixed-window' as const, clock: clock.now, blockFor: `${SHORT}ms` };

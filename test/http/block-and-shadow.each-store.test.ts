@@ -30,6 +30,7 @@ interface Settings {
   limit: number;
   window: string;
   blockFor?: string;
+  afterBlock?: 'keep' | 'reset';
   shadow?: boolean;
   headers?: HeadersOption;
 }
@@ -130,6 +131,24 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
       expect(through.headers['x-ratelimit-remaining']).toBe('1');
       expect(app.seen).toHaveLength(3); // the handler ran for the two first requests and this one
       expect(app.seen[2]).toMatchObject({ allowed: true, blocked: false });
+    });
+
+    test("afterBlock 'reset', limit 2 per 10 s, blockFor '3s': Retry-After: 3, not the window's wait, and two more through after exactly 3 s", async () => {
+      const clock = manualClock(START);
+      const app = await makeApp(framework, makeStore(), clock.now, { limit: 2, window: '10s', blockFor: '3s', afterBlock: 'reset' });
+      for (let i = 0; i < 2; i++) expect((await app.get()).status).toBe(200);
+      const denied = await app.get();
+      expect(denied.status).toBe(429);
+      expect(denied.headers['retry-after']).toBe('3');
+      expect(denied.headers['x-ratelimit-reset']).toBe(String((START + 3_000) / 1000));
+      clock.set(START + 3_000 - 1);
+      expect((await app.get()).status).toBe(429);
+      clock.set(START + 3_000);
+      const through = await app.get();
+      expect(through.status).toBe(200);
+      expect(through.headers['x-ratelimit-remaining']).toBe('1');
+      expect((await app.get()).status).toBe(200);
+      expect((await app.get()).headers['retry-after']).toBe('3');
     });
 
     test('shadow mode, limit 2: five requests all pass, would-be denials reported, no headers, exact counting', async () => {

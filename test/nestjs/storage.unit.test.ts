@@ -1,8 +1,9 @@
 /**
- * `RatewardenThrottlerStorage.increment` on its own, as the guard calls it: the record it answers
- * (units: seconds out, milliseconds in), a denial that counts nothing, invalid durations, options
- * checked at construction, and a failing store with `failMode` open and closed. MemoryStore, a
- * manual clock; the storage under the guard in real Nest apps: throttler-storage.test.ts.
+ * `RatewardenThrottlerStorage` on its own: invalid durations from the guard, options checked at
+ * construction and its defaults, the seconds habit (`ttl: 60`), and a failing store with
+ * `failMode` open and closed. MemoryStore, a manual clock. What `increment` answers, on every
+ * store: increment.each-store.test.ts; the storage under the guard in real Nest apps:
+ * throttler.each-store.test.ts.
  */
 import { MemoryStore, OptionError, RateLimitTimeoutError, type Store } from '../../src';
 import { RatewardenThrottlerStorage } from '../../src/nestjs';
@@ -24,38 +25,6 @@ const failing: Store = {
 };
 
 describe('increment', () => {
-  test('allowed: totalHits as counted, seconds until quota grows back; denied: blocked, the exact wait, nothing counted', async () => {
-    const { storage: s, advance } = storage();
-    expect(await s.increment('k', 10_000, 2, 0, 'default')).toEqual({
-      totalHits: 1,
-      timeToExpire: 20,
-      isBlocked: false,
-      timeToBlockExpire: 0,
-    });
-    expect(await s.increment('k', 10_000, 2, 0, 'default')).toMatchObject({ totalHits: 2, isBlocked: false });
-    advance(2_500);
-    expect(await s.increment('k', 10_000, 2, 0, 'default')).toEqual({
-      totalHits: 3,
-      timeToExpire: 13,
-      isBlocked: true,
-      timeToBlockExpire: 13,
-    });
-    expect((await s.limiter.peek('default:k', { limit: 2, window: 10_000, cost: 0 })).estimated).toBe(2);
-  });
-
-  test('throttler names count apart; one limiter per blockDuration, sharing the store', async () => {
-    // Without a deny cache: each limiter keeps its own, so a denial one of them cached (the 2 s below)
-    // would answer until it ends, unaware of the block another limiter started on the same key.
-    const { storage: s } = storage({ denyCacheSize: 0 });
-    await s.increment('k', 1_000, 1, 0, 'short');
-    expect(await s.increment('k', 1_000, 1, 0, 'long')).toMatchObject({ isBlocked: false });
-    // The window alone would let the next request in 2 s; the block holds it for 5.
-    expect(await s.increment('k', 1_000, 1, 0, 'short')).toMatchObject({ isBlocked: true, timeToBlockExpire: 2 });
-    expect(await s.increment('k', 1_000, 1, 5_000, 'short')).toMatchObject({ isBlocked: true, timeToBlockExpire: 5 });
-    // The block is kept in the key: the limiter without a block sees it too.
-    expect(await s.increment('k', 1_000, 1, 0, 'short')).toMatchObject({ isBlocked: true, timeToBlockExpire: 5 });
-  });
-
   test.each([
     ['ttl', [0, 1, 0]],
     ['ttl', [1.5, 1, 0]],
@@ -69,14 +38,6 @@ describe('increment', () => {
   test('an invalid limit rejects with the core OptionError', async () => {
     const { storage: s } = storage();
     await expect(s.increment('k', 1_000, -1, 0, 'default')).rejects.toBeInstanceOf(OptionError);
-  });
-
-  test('a limit of 0 blocks every request for a ttl, counting nothing, as the default storage does', async () => {
-    const { storage: s } = storage();
-    for (let i = 0; i < 2; i++) {
-      expect(await s.increment('k', 30_000, 0, 0, 'default')).toMatchObject({ isBlocked: true, timeToBlockExpire: 30 });
-    }
-    expect(await s.increment('k', 30_000, 2, 0, 'default')).toMatchObject({ isBlocked: false, totalHits: 1 });
   });
 });
 
@@ -100,7 +61,18 @@ describe('options', () => {
     expect(() => new RatewardenThrottlerStorage({ failMode: 'shut' as never })).toThrow(/^failMode: must be one of/);
     expect(() => new RatewardenThrottlerStorage({ prefix: 'a b' })).toThrow(expect.objectContaining({ code: 'SWL_INVALID_PREFIX' }));
     expect(() => new RatewardenThrottlerStorage({ onError: 1 as never })).toThrow(/^onError: must be a function/);
-    expect(new RatewardenThrottlerStorage().limiter.prefix).toBe('throttler');
+    expect(() => new RatewardenThrottlerStorage({ afterBlock: 'never' as never })).toThrow(/^afterBlock: must be one of/);
+    expect(() => new RatewardenThrottlerStorage({ algorithm: 'leaky' as never })).toThrow(/^algorithm: must be one of/);
+  });
+
+  test("the defaults: the throttler's own counting (a sliding log, each hit lasting ttl), a block's end starting afresh", async () => {
+    const { storage: s } = storage();
+    expect(s.limiter).toMatchObject({ prefix: 'throttler', algorithm: 'sliding-log', blockFor: 0 });
+    // A limiter with a block is made on the first call with a blockDuration, with afterBlock 'reset'.
+    expect(await s.increment('k', 1_000, 1, 0, 'default')).toMatchObject({ isBlocked: false });
+    expect(await s.increment('k', 1_000, 1, 2_000, 'default')).toMatchObject({ isBlocked: true, timeToBlockExpire: 2 });
+    const sliding = new RatewardenThrottlerStorage({ algorithm: 'sliding-window', afterBlock: 'keep' });
+    expect(sliding.limiter.algorithm).toBe('sliding-window');
   });
 });
 

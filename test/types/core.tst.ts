@@ -4,6 +4,7 @@
 import { Cluster, Redis } from 'ioredis';
 import { describe, expect, test } from 'tstyche';
 import {
+  type AfterBlock,
   type AlgorithmName,
   type CheckOptions,
   createLimiter,
@@ -95,13 +96,20 @@ describe('createLimiter', () => {
 
   test('algorithm accepts only the algorithm names', () => {
     expect<LimiterOptions['algorithm']>().type.toBe<AlgorithmName | undefined>();
-    expect<AlgorithmName>().type.toBe<'sliding-window' | 'fixed-window' | 'sliding-log' | 'token-bucket'>();
+    expect<AlgorithmName>().type.toBe<'sliding-window' | 'fixed-window' | 'sliding-log' | 'token-bucket' | 'precise-window'>();
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'sliding-window' });
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'fixed-window' });
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'sliding-log' });
     expect(createLimiter).type.toBeCallableWith({ blockFor: '10m', shadow: true });
+    expect(createLimiter).type.toBeCallableWith({ blockFor: '10m', afterBlock: 'reset' });
+    expect(createLimiter).type.toBeCallableWith({ blockFor: '10m', afterBlock: 'keep' });
+    expect(createLimiter).type.not.toBeCallableWith({ blockFor: '10m', afterBlock: 'forget' });
+    expect<Limiter['afterBlock']>().type.toBe<AfterBlock>();
     expect(createLimiter).type.not.toBeCallableWith({ shadow: 'yes' });
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'token-bucket' });
+    expect(createLimiter).type.toBeCallableWith({ algorithm: 'precise-window', precision: 600 });
+    expect(createLimiter).type.not.toBeCallableWith({ algorithm: 'precise-window', precision: '600' });
+    expect<Limiter['precision']>().type.toBe<number>();
     expect(createLimiter).type.not.toBeCallableWith({ algorithm: 'leaky-bucket' });
     expect(createLimiter).type.not.toBeCallableWith({ algorithm: 'Sliding-Window' });
     const name: string = 'sliding-window';

@@ -44,5 +44,7 @@ describe('ratewarden/nestjs', () => {
   test('is a ThrottlerStorage of @nestjs/throttler', () => {
     expect(new RatewardenThrottlerStorage()).type.toBeAssignableTo<ThrottlerStorage>();
     expect(RatewardenThrottlerStorage).type.not.toBeConstructableWith({ limit: 5 });
+    expect(RatewardenThrottlerStorage).type.toBeConstructableWith({ algorithm: 'sliding-window', afterBlock: 'keep' });
+    expect(RatewardenThrottlerStorage).type.not.toBeConstructableWith({ afterBlock: 'never' });
   });
 });

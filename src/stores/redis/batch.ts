@@ -287,6 +287,8 @@ export class RepeatedCheckArgv {
   private cost = 0;
   private dryRun = false;
   private blockFor = 0;
+  private precision = 0;
+  private blockResets: boolean | undefined = undefined;
   /** A copy of the tiers of `last`: compared by value, since a tiers array could be changed in place. */
   private tiers: readonly Tier[] = [];
 
@@ -297,6 +299,8 @@ export class RepeatedCheckArgv {
       call.cost === this.cost &&
       call.dryRun === this.dryRun &&
       call.blockFor === this.blockFor &&
+      call.precision === this.precision &&
+      call.blockResets === this.blockResets &&
       sameTiers(call.tiers, this.tiers)
     ) {
       return this.last;
@@ -306,6 +310,8 @@ export class RepeatedCheckArgv {
     this.cost = call.cost;
     this.dryRun = call.dryRun;
     this.blockFor = call.blockFor;
+    this.precision = call.precision;
+    this.blockResets = call.blockResets;
     this.tiers = call.tiers.map(({ limit, window }) => ({ limit, window }));
     return argv;
   }
