@@ -208,6 +208,14 @@ export const REDIS_CLIENTS: readonly [string, RedisClientKind][] = [
   ['glide', GLIDE],
 ];
 
+/**
+ * One library per store adapter (src/stores/redis/): ioredis, node-redis and GLIDE. iovalkey, an
+ * ioredis fork, runs on the ioredis adapter: the suites about the limiter rather than the client
+ * (`everyStore()`, `redisStoresPerClient()`) run on these three; the store, differential and
+ * fault suites run on every library of {@link REDIS_CLIENTS}.
+ */
+export const ONE_CLIENT_PER_ADAPTER: readonly [string, RedisClientKind][] = REDIS_CLIENTS.filter(([name]) => name !== 'iovalkey');
+
 /** A GLIDE client (standalone or cluster): it has `customCommand`. */
 export function isGlide(client: unknown): client is GlideClient | GlideClusterClient {
   return typeof (client as { customCommand?: unknown }).customCommand === 'function';
