@@ -140,8 +140,9 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
         for (const id of ids) {
           const decision = await limiter.check(id);
           expect(decision.allowed).toBe(true);
-          // Two counted (a token bucket on Redis's real clock has drained a sliver since the first).
-          expect(decision.estimated).toBeCloseTo(2, 3);
+          // Two counted (a token bucket on Redis's real clock has drained a sliver since the first, more
+          // on a loaded machine: 1.9993 after a second).
+          expect(decision.estimated).toBeCloseTo(2, 2);
         }
       }
     });
