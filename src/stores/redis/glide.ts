@@ -259,12 +259,15 @@ class GlideSlotMap {
   private readonly nodes: (GlideNode | undefined)[] = new Array(SLOTS).fill(undefined);
   private readAt = 0;
   private reading = false;
+  /** Whether a read has succeeded: until one has, every lookup asks for one (a first read may fail). */
+  private loaded = false;
 
   constructor(private readonly client: GlideClusterClient) {
     this.read();
   }
 
   nodeOf(slot: number): GlideNode | undefined {
+    if (!this.loaded) this.read();
     return this.nodes[slot];
   }
 
@@ -292,6 +295,7 @@ class GlideSlotMap {
   /** A `CLUSTER SLOTS` reply: `[start, end, [host, port, id, ...], ...replicas]` per range. */
   private update(ranges: unknown): void {
     if (!Array.isArray(ranges)) return;
+    this.loaded = true;
     const byAddress = new Map<string, GlideNode>();
     this.nodes.fill(undefined);
     for (const range of ranges) {
