@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { ALGORITHMS } from '../../algorithms';
 import { RELEASE, RENEW } from '../../algorithms/lease';
 import type { CheckScript } from '../../algorithms/types';
+import { callEach } from '../../async';
 import { RateLimitTimeoutError, StoreError, StoreUnavailableError, storeErrorOf } from '../../errors';
 import type { ClusterRouting } from './batch';
 
@@ -26,6 +27,12 @@ export interface RedisClientAdapter {
   readonly cluster: boolean;
   /** On a Cluster: the slots and nodes of keys, for batches per node (see `batch.ts`). */
   readonly routing?: ClusterRouting | undefined;
+  /**
+   * While the client makes its first connection (never ready yet, and trying): calls `connected`
+   * once it is ready, and answers a function that stops waiting. `undefined` otherwise: the client
+   * is ready, or `unavailable()` says why it takes no command.
+   */
+  whenConnected(connected: () => void): (() => void) | undefined;
   /** How many times the client has become ready: each a connection (re)made. */
   connectionsMade(): number;
   /** This store is done with the client: once every store on it is, the listeners and timers made on it are removed. */
@@ -45,13 +52,37 @@ export interface Emitter {
  */
 export class ClientHooks {
   private readonly undo: (() => void)[] = [];
-  /** `ready` events seen: connections (re)made. The limiter's circuit breaker probes at once after one. */
+  /** Ready events seen: connections (re)made. The limiter's circuit breaker probes at once after one. */
   connectionsMade = 0;
+  /** Whether the client was ever ready: when the first store came, or since. */
+  everReady: boolean;
+  /** Calls waiting for the client's first connection (see `RedisClientAdapter.whenConnected`). */
+  private readonly waiting = new Set<() => void>();
 
-  constructor(private readonly client: Emitter) {
-    this.on('ready', () => {
+  /** `readyEvent`: what the client emits once it can take commands; `readyNow`: whether it already can. */
+  constructor(
+    private readonly client: Emitter,
+    readyEvent: string,
+    readyNow: boolean,
+  ) {
+    this.everReady = readyNow;
+    this.on(readyEvent, () => {
       this.connectionsMade++;
+      this.everReady = true;
+      if (this.waiting.size === 0) return;
+      const connected = [...this.waiting];
+      this.waiting.clear();
+      // On the next tick: what a waiting call runs must not throw into the client's own event.
+      process.nextTick(() => callEach(connected, (go) => go()));
     });
+  }
+
+  /** Calls `connected` at the client's next ready event; answers a function that stops waiting. */
+  whenReady(connected: () => void): () => void {
+    this.waiting.add(connected);
+    return () => {
+      this.waiting.delete(connected);
+    };
   }
 
   on(event: string, listener: (...args: never[]) => void): void {
@@ -81,14 +112,24 @@ interface Shared {
 /** Per client: the state its adapter keeps, shared by the stores on it (state that belongs to the client). */
 const sharedByClient = new WeakMap<object, Shared>();
 
+/** How a client tells it can take commands: the event it emits then, and whether it can now. */
+export interface Readiness {
+  readonly event: string;
+  readonly now: boolean;
+}
+
 /**
  * The state an adapter keeps for `client`, made by `make` (with the client's hooks) for the first
  * store on it; `release` is that store's part of closing: the last one removes the hooks.
  */
-export function sharedState<State>(client: Emitter, make: (hooks: ClientHooks) => State): { readonly state: State; release(): void } {
+export function sharedState<State>(
+  client: Emitter,
+  readiness: Readiness,
+  make: (hooks: ClientHooks) => State,
+): { readonly state: State; release(): void } {
   let shared = sharedByClient.get(client);
   if (shared === undefined) {
-    const hooks = new ClientHooks(client);
+    const hooks = new ClientHooks(client, readiness.event, readiness.now);
     shared = { state: make(hooks), hooks, stores: 0 };
     sharedByClient.set(client, shared);
   }

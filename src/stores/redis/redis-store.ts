@@ -31,8 +31,11 @@ export interface RedisStoreOptions {
    *   limiter that stays fast while Redis is down, create it with `enableOfflineQueue: false`
    *   and `maxRetriesPerRequest: 1`;
    * - a node-redis (`redis` 5 or 6) client from `createClient()` or cluster from
-   *   `createCluster()`, connected (`await client.connect()`); create it with
+   *   `createCluster()`, with `connect()` called (awaited or not); create it with
    *   `disableOfflineQueue: true` (a cluster: `defaults: { disableOfflineQueue: true }`).
+   *
+   * A check made while the client makes its first connection waits for it, up to the limiter's
+   * `timeoutMs`.
    *
    * See docs/redis.md.
    */
@@ -87,6 +90,10 @@ export class RedisStore implements CallbackStore {
               runOnNode: (node, script, argv) => whenAvailable(this.unavailable, () => routing.runOnNode(node, script, argv)),
             },
     });
+  }
+
+  whenConnected(connected: () => void): (() => void) | undefined {
+    return this.closed ? undefined : this.redis.whenConnected(connected);
   }
 
   connectionsMade(): number {
