@@ -4,12 +4,12 @@ import type { Tier } from '../tiers';
 import { describeValue, oneOf } from '../validate';
 
 /**
- * Built-in header styles:
+ * Built-in header styles, after the revisions of draft-ietf-httpapi-ratelimit-headers:
  * - `'legacy'`: `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (epoch seconds, or delta with `resetFormat: 'delta'`).
- * - `'draft-6'`: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (delta seconds) and `RateLimit-Policy: 100;w=60`.
- * - `'draft-7'`: `RateLimit: limit=100, remaining=50, reset=30` and `RateLimit-Policy: 100;w=60`.
- * - `'ietf'`: the structured fields of draft-ietf-httpapi-ratelimit-headers (revisions 08 to 12):
- *   `RateLimit-Policy: "default";q=100;w=60` and `RateLimit: "default";r=50;t=30`, one item per tier.
+ * - `'draft-6'` (revision 06): `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (delta seconds) and `RateLimit-Policy: 100;w=60`.
+ * - `'draft-7'` (revision 07): `RateLimit: limit=100, remaining=50, reset=30` and `RateLimit-Policy: 100;w=60`.
+ * - `'ietf'` (revision 10, the latest in the working group's repository; 08 and 09 write the same):
+ *   the structured fields `RateLimit-Policy: "default";q=100;w=60` and `RateLimit: "default";r=50;t=30`, one item per tier.
  */
 export type HeaderStyle = 'legacy' | 'draft-6' | 'draft-7' | 'ietf';
 

@@ -42,6 +42,29 @@ function decisionOf(tiers: TierDecision[], binding = 0, allowed = true): Decisio
   };
 }
 
+/**
+ * Parses a Structured Field List (RFC 9651, section 4.2) of String items whose parameters are
+ * non-negative Integers: the part of the syntax revision 10 of the draft uses. Throws on anything else.
+ */
+function structuredList(value: string): { name: string; params: Record<string, number> }[] {
+  const member = /^"((?:[^"\\]|\\["\\])*)"((?:;[a-z*][a-z0-9_.*-]*=\d{1,15})*)(?:, |$)/;
+  const items: { name: string; params: Record<string, number> }[] = [];
+  for (let rest = value; rest.length > 0; ) {
+    const match = member.exec(rest);
+    if (match === null) throw new Error(`not a List of String items with Integer parameters: ${value}`);
+    const params: Record<string, number> = {};
+    for (const param of match[2].split(';').slice(1)) {
+      const [key, number] = param.split('=');
+      if (key in params) throw new Error(`parameter ${key} twice in ${value}`);
+      params[key] = Number(number);
+    }
+    items.push({ name: match[1], params });
+    rest = rest.slice(match[0].length);
+  }
+  if (items.length === 0) throw new Error('an empty List');
+  return items;
+}
+
 /** Runs a writer and returns the headers it set, in order. */
 function written(
   option: HeadersOption | undefined,
@@ -112,6 +135,44 @@ describe('header writer (unit)', () => {
       ['RateLimit-Policy', '"1s";q=10;w=1, "1h";q=1000;w=3600'],
       ['RateLimit', '"1s";r=0;t=1, "1h";r=990;t=0'],
     ]);
+  });
+
+  test('ietf writes what revision 10 defines: Structured Field lists of String items, q and w (whole seconds, at least 1) on each policy, r and t on each limit', () => {
+    const tiers: Tier[] = [
+      { limit: 5, window: 500 },
+      { limit: 10, window: 1_500 },
+      { limit: 100, window: 60_000 },
+      { limit: 200, window: 60_000 },
+      { limit: 0, window: 86_400_000 },
+    ];
+    const decision = decisionOf(
+      [
+        tierDecision(5, 500, 0, 499),
+        tierDecision(10, 1_500, 3, 1_001),
+        tierDecision(100, 60_000, 100, 0),
+        tierDecision(200, 60_000, 17, 59_999),
+        tierDecision(0, 86_400_000, 0, 0),
+      ],
+      0,
+      false,
+    );
+    const headers = Object.fromEntries(written('ietf', tiers, decision));
+    expect(Object.keys(headers)).toEqual(['RateLimit-Policy', 'RateLimit']);
+    const policies = structuredList(headers['RateLimit-Policy']);
+    const limits = structuredList(headers.RateLimit);
+    const names = policies.map((policy) => policy.name);
+    expect(new Set(names).size).toBe(tiers.length);
+    expect(limits.map((limit) => limit.name)).toEqual(names);
+    policies.forEach(({ params }, i) => {
+      expect(Object.keys(params)).toEqual(['q', 'w']);
+      expect(params.q).toBe(tiers[i].limit);
+      expect(params.w).toBe(Math.max(1, Math.round(tiers[i].window / 1000)));
+    });
+    limits.forEach(({ params }, i) => {
+      expect(Object.keys(params)).toEqual(['r', 't']);
+      expect(params.r).toBe(decision.tiers[i].remaining);
+      expect(params.t).toBe(secondsUntil(decision.tiers[i].resetAt, NOW));
+    });
   });
 
   test('draft-6/draft-7 policies list every tier', () => {
