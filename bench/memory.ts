@@ -16,8 +16,10 @@ import { cpus, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import Redis from 'ioredis';
 import { ALGORITHMS, type AlgorithmName } from '../src/algorithms';
+import { DEFAULT_PRECISION } from '../src/algorithms/precise-window';
 import { createLimiter } from '../src/core/limiter';
 import { scriptArgv } from '../src/protocol';
+import { exponential, mulberry32 } from '../support/random';
 import { startRedis } from '../support/redis-server';
 
 const ROOT = resolve(__dirname, '..');
@@ -50,6 +52,15 @@ const VARIANTS: readonly Variant[] = [
   { algorithm: 'sliding-window', cost: 1, window: WINDOW, note: 'the target case: one request per identifier' },
   { algorithm: 'fixed-window', cost: 1, window: WINDOW, note: 'one request per identifier' },
   { algorithm: 'sliding-log', cost: 1, window: WINDOW, note: 'one request per identifier' },
+  // The precise window's key lives one window and one bucket after its write: at 1m, about as long
+  // as a loaded machine takes to write 1,000,000 keys. An hour keeps them all; the value has the
+  // same length (15 characters for one unit: bucket width, tail bucket and counts, in base 36).
+  {
+    algorithm: 'precise-window',
+    cost: 1,
+    window: '1h',
+    note: 'one request per identifier, default precision; an hour-long window so that no key expires during the run (at 1m the key lives 60.01 s), same value length as at 1m',
+  },
   {
     algorithm: 'sliding-window',
     cost: 10,
@@ -92,6 +103,24 @@ async function usedMemory(client: Redis): Promise<number> {
   return Number(/used_memory:(\d+)/.exec(info)![1]);
 }
 
+/**
+ * `used_memory` less the clients' buffers (`mem_clients_normal`): the bench's own connection keeps a
+ * reply buffer of about 20 KB some of the time, which would weigh on rows with few identifiers.
+ */
+async function dataMemory(client: Redis): Promise<number> {
+  const info = await client.info('memory');
+  return Number(/used_memory:(\d+)/.exec(info)![1]) - Number(/mem_clients_normal:(\d+)/.exec(info)![1]);
+}
+
+/** Waits until `client` is the only client connected, so that no other client's buffers are counted. */
+async function alone(client: Redis): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    if (/connected_clients:1\b/.test(await client.info('clients'))) return;
+    await new Promise((done) => setTimeout(done, 50));
+  }
+  throw new Error('bench:memory: another client stays connected to the bench server');
+}
+
 /** Waits until the main and expires dictionaries have finished incremental rehashing, so no half-moved table is counted. */
 async function settle(client: Redis): Promise<void> {
   for (let i = 0; i < 100; i++) {
@@ -101,29 +130,52 @@ async function settle(client: Redis): Promise<void> {
   }
 }
 
-async function measure(client: Redis, variant: Variant): Promise<Row> {
-  const { algorithm, cost, window } = variant;
-  const limiter = createLimiter({ limit: variant.limit ?? LIMIT, window, algorithm, prefix: PREFIX });
-  const { lua } = ALGORITHMS[algorithm].check;
+type Limiter = ReturnType<typeof createLimiter>;
+
+/** ARGV as RedisStore encodes it, for a check of `cost` at `now`. */
+function checkArgv(limiter: Limiter, now: number | undefined, cost: number): ReturnType<typeof scriptArgv> {
+  return scriptArgv({
+    now,
+    cost,
+    dryRun: false,
+    blockFor: 0,
+    countedAt: 0,
+    actualCost: 0,
+    tiers: limiter.tiers,
+    precision: limiter.precision,
+  });
+}
+
+/**
+ * Registers the algorithm's check script as a command (as RedisStore does), runs it once so that
+ * its cache entry is not counted as per-identifier memory, then empties Redis.
+ *
+ * @returns the command's name, for pipelines.
+ */
+async function prepare(client: Redis, algorithm: AlgorithmName, limiter: Limiter): Promise<string> {
   const command = `bench_${algorithm.replace(/-/g, '_')}`;
   if (typeof (client as unknown as Record<string, unknown>)[command] !== 'function')
-    client.defineCommand(command, { numberOfKeys: 1, lua });
-
+    client.defineCommand(command, { numberOfKeys: 1, lua: ALGORITHMS[algorithm].check.lua });
   await client.flushall();
-  // Load the script (its cache entry is not per-identifier memory) before the baseline.
   await (client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[command](
     limiter.keyFor('warm-up'),
-    ...scriptArgv({ now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers: limiter.tiers }),
+    ...checkArgv(limiter, undefined, 1),
   );
   await client.flushall();
   await settle(client);
+  return command;
+}
+
+async function measure(client: Redis, variant: Variant): Promise<Row> {
+  const { algorithm, cost, window } = variant;
+  const limiter = createLimiter({ limit: variant.limit ?? LIMIT, window, algorithm, prefix: PREFIX });
+  const command = await prepare(client, algorithm, limiter);
   const before = await usedMemory(client);
 
   // A fixed clock at the start of the current window, passed as ARGV[1]: every key then lives a
   // whole window (fixed window) or more from its write, so none expires before it is counted.
   const now = Math.floor(Date.now() / limiter.tiers[0].window) * limiter.tiers[0].window;
-  // ARGV as RedisStore encodes it.
-  const argv = scriptArgv({ now, cost, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers: limiter.tiers });
+  const argv = checkArgv(limiter, now, cost);
   const started = process.hrtime.bigint();
   for (let start = 0; start < IDS; start += BATCH) {
     const pipeline = client.pipeline() as unknown as Record<string, (...args: unknown[]) => unknown> & {
@@ -160,6 +212,279 @@ async function measure(client: Redis, variant: Variant): Promise<Row> {
     memoryUsage,
     seconds,
   };
+}
+
+/** How a fully used identifier's requests are spread in time. */
+type Spread = 'even' | 'Poisson';
+
+/**
+ * One configuration measured fully used: each identifier makes twice its limit in requests over
+ * two windows, evenly spaced or as Poisson arrivals at the same mean rate, as a client that spends
+ * its whole limit would. What is kept at the end is that client's steady state.
+ */
+interface FullVariant {
+  algorithm: AlgorithmName;
+  limit: number;
+  /** Buckets per window, for precise-window; its default when absent. */
+  precision?: number;
+  spread: Spread;
+}
+
+/** The limits measured fully used. */
+const FULL_LIMITS = [10, 100, 1000] as const;
+
+/** The coarser precision measured at limit 1000, to show the bound of `precision + 1` buckets. */
+const COARSE_PRECISION = 60;
+
+const FULL_VARIANTS: readonly FullVariant[] = FULL_LIMITS.flatMap((limit): FullVariant[] => [
+  { algorithm: 'sliding-window', limit, spread: 'even' },
+  { algorithm: 'sliding-log', limit, spread: 'even' },
+  { algorithm: 'precise-window', limit, spread: 'even' },
+  { algorithm: 'precise-window', limit, spread: 'Poisson' },
+  ...(limit === 1000
+    ? [
+        { algorithm: 'precise-window', limit, precision: COARSE_PRECISION, spread: 'even' } as const,
+        { algorithm: 'precise-window', limit, precision: COARSE_PRECISION, spread: 'Poisson' } as const,
+      ]
+    : []),
+]);
+
+/**
+ * Identifiers per limit in the fully used rows: BENCH_IDS divided by a power of two, so that the key
+ * dictionaries (2^k buckets) are as full as in the one-request rows and each row's bytes per identifier
+ * compare with theirs; about 1.5 million requests per row.
+ */
+const FULL_DIVISORS: Readonly<Record<(typeof FULL_LIMITS)[number], number>> = { 10: 16, 100: 128, 1000: 1024 };
+
+interface FullRow extends FullVariant {
+  ids: number;
+  /** Requests per identifier. */
+  checks: number;
+  /** Allowed requests per identifier, on average. */
+  allowed: number;
+  perIdentifier: number;
+  keys: number;
+  /** The sample identifier's state in words: its length, and what it holds. */
+  sample: string;
+  /** For precise-window: the units and buckets the sample holds. */
+  held?: { units: number; buckets: number };
+  /** The sample's value length in bytes, for a string. */
+  valueBytes?: number;
+  memoryUsage: number;
+  seconds: number;
+}
+
+/** Identifier `n`'s request times, ms, over the two windows that end at `end`: `checks` of them, ascending. */
+function requestTimes(spread: Spread, n: number, checks: number, window: number, end: number): number[] {
+  const start = end - 2 * window;
+  if (spread === 'even') return Array.from({ length: checks }, (_, k) => start + Math.floor((k * 2 * window) / checks));
+  const random = mulberry32(n + 1);
+  const rate = checks / (2 * window);
+  const times: number[] = [];
+  for (let time = start + exponential(random, rate); times.length < checks; time += exponential(random, rate)) times.push(Math.floor(time));
+  return times;
+}
+
+/**
+ * The units and buckets a precise-window state holds (see the format in
+ * src/algorithms/precise-window.ts): per tier the tail bucket of the header, plus one bucket per
+ * entry (a varint gap, odd when a varint count follows).
+ */
+function heldByPreciseWindow(value: Buffer): { units: number; buckets: number } {
+  const text = value.toString('latin1');
+  const header = /([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+):([0-9a-z]+)\|/g;
+  let units = 0;
+  let buckets = 0;
+  for (let match = header.exec(text); match !== null; match = header.exec(text)) {
+    const total = Number.parseInt(match[4], 36);
+    const bytes = Number.parseInt(match[7], 36);
+    const entries = value.subarray(header.lastIndex, header.lastIndex + bytes);
+    units += total;
+    if (total > 0) buckets++;
+    let at = 0;
+    const varint = (): number => {
+      let result = 0;
+      let scale = 1;
+      while (entries[at] >= 128) {
+        result += (entries[at++] - 128) * scale;
+        scale *= 128;
+      }
+      return result + entries[at++] * scale;
+    };
+    while (at < entries.length) {
+      if (varint() % 2 === 1) varint();
+      buckets++;
+    }
+    header.lastIndex += bytes;
+  }
+  return { units, buckets };
+}
+
+/**
+ * Measures one fully used configuration. The requests go through a connection of their own, closed
+ * before memory is read again: the buffers a pipeline leaves on its connection are then not counted.
+ *
+ * @param connect - opens a new connection to the bench's server.
+ */
+async function measureFull(client: Redis, connect: () => Redis, variant: FullVariant): Promise<FullRow> {
+  const { algorithm, limit, precision, spread } = variant;
+  const ids = Math.max(1, Math.round(IDS / FULL_DIVISORS[limit as (typeof FULL_LIMITS)[number]]));
+  const checks = 2 * limit;
+  const limiter = createLimiter({ limit, window: WINDOW, algorithm, prefix: PREFIX, ...(precision === undefined ? {} : { precision }) });
+  const { window } = limiter.tiers[0];
+  const command = await prepare(client, algorithm, limiter);
+  await alone(client);
+  const before = await dataMemory(client);
+  const writer = connect();
+  writer.defineCommand(command, { numberOfKeys: 1, lua: ALGORITHMS[algorithm].check.lua });
+  const keys = Array.from({ length: ids }, (_, n) => limiter.keyFor(identifier(n)));
+  // Passed as ARGV[1]: two windows of requests ending at the start of the current window. Each round
+  // sends every identifier its next request, so each key is written again within a round's time
+  // and none expires before it is counted.
+  const end = Math.floor(Date.now() / window) * window;
+  const times = keys.map((_, n) => requestTimes(spread, n, checks, window, end));
+  let allowed = 0;
+  const started = process.hrtime.bigint();
+  for (let k = 0; k < checks; k++) {
+    // One round: every identifier's k-th request, its pipelines sent together.
+    const sent: Promise<[Error | null, unknown][]>[] = [];
+    for (let from = 0; from < ids; from += BATCH) {
+      const pipeline = writer.pipeline() as unknown as Record<string, (...args: unknown[]) => unknown> & {
+        exec(): Promise<[Error | null, unknown][]>;
+      };
+      for (let n = from; n < Math.min(ids, from + BATCH); n++) pipeline[command](keys[n], ...checkArgv(limiter, times[n][k], 1));
+      sent.push(pipeline.exec());
+    }
+    for (const results of await Promise.all(sent)) {
+      for (const [error, reply] of results) {
+        if (error !== null) throw error;
+        if ((reply as number[])[0] === 1) allowed++;
+      }
+    }
+  }
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  await writer.quit();
+  await alone(client);
+  await settle(client);
+  const after = await dataMemory(client);
+  const count = await client.dbsize();
+  if (count !== ids) process.stderr.write(`warning: ${count} keys for ${ids} identifiers (some expired?)\n`);
+  const sampleKey = keys[Math.floor(ids / 2)];
+  const type = await client.type(sampleKey);
+  let sample: string;
+  let held: FullRow['held'];
+  let valueBytes: number | undefined;
+  if (type === 'zset') sample = `zset of ${await client.zcard(sampleKey)} members`;
+  else {
+    const value = (await client.getBuffer(sampleKey)) ?? Buffer.alloc(0);
+    valueBytes = value.length;
+    if (algorithm === 'precise-window') {
+      held = heldByPreciseWindow(value);
+      sample = `${value.length} bytes: ${held.units} units in ${held.buckets} buckets`;
+    } else sample = `\`${value.toString('latin1')}\``;
+  }
+  return {
+    ...variant,
+    ids,
+    checks,
+    allowed: allowed / ids,
+    perIdentifier: (after - before) / ids,
+    keys: count,
+    sample,
+    held,
+    valueBytes,
+    memoryUsage: Number(await client.call('MEMORY', 'USAGE', sampleKey, 'SAMPLES', '0')),
+    seconds,
+  };
+}
+
+/** What a value of `bytes` bytes costs per identifier, emulated; `note` says why that length. */
+interface LengthRow {
+  bytes: number;
+  perIdentifier: number;
+  note: string;
+}
+
+/** The TTL of the emulated values, ms: long enough for a slow run (its length does not change the bytes). */
+const PRECISE_PX = 600_000;
+
+/**
+ * The markdown section of the fully used rows, with the precise window's target and bound judged.
+ *
+ * @param oneRequest - the counter's bytes per identifier with one request each, for scale.
+ * @param lengths - the emulated cost of the precise window's value by length.
+ */
+function fullSection(rows: readonly FullRow[], oneRequest: number | undefined, lengths: readonly LengthRow[]): string[] {
+  const lines = ['## Fully used', ''];
+  lines.push(
+    `Each identifier makes twice its limit in requests over two windows of ${WINDOW} (passed as ARGV \`now\`), evenly spaced or as Poisson arrivals at the same mean rate (seeded per identifier), ` +
+      "as a client spending its whole limit would; the state left at the end is that client's steady state. Rounds send every identifier its next request, in pipelines of " +
+      `${BATCH.toLocaleString('en-US')}, so no key expires during the run. The identifiers per limit are ${IDS.toLocaleString('en-US')} divided by a power of two: the key dictionaries are as full as in the table above, ` +
+      "so the rows compare with it. Memory here is `used_memory` less the clients' buffers (`mem_clients_normal`), and the requests go through a connection of their own, closed before memory is read again: the buffers of the connections (tens of KB, some of the time) would weigh on the rows with few identifiers. The fixed window and the token bucket keep one number per tier, whatever the use: see the rows above.",
+    '',
+  );
+  lines.push(
+    '| algorithm | precision | limit | spread | identifiers | requests per identifier | allowed per identifier | bytes per identifier | sample state | `MEMORY USAGE` of the sample | s to write |',
+  );
+  lines.push('| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |');
+  for (const row of rows) {
+    const precision = row.algorithm === 'precise-window' ? (row.precision ?? DEFAULT_PRECISION).toLocaleString('en-US') : '';
+    lines.push(
+      `| ${row.algorithm} | ${precision} | ${row.limit.toLocaleString('en-US')} | ${row.spread} | ${row.ids.toLocaleString('en-US')} | ${row.checks.toLocaleString('en-US')} | ${row.allowed.toFixed(1)} | **${row.perIdentifier.toFixed(1)}** | ${row.sample} | ${row.memoryUsage.toLocaleString('en-US')} | ${row.seconds.toFixed(1)} |`,
+    );
+  }
+  lines.push('');
+  const find = (algorithm: AlgorithmName, limit: number, spread: Spread, precision?: number): FullRow | undefined =>
+    rows.find((row) => row.algorithm === algorithm && row.limit === limit && row.spread === spread && row.precision === precision);
+  const counter = find('sliding-window', 100, 'even');
+  const judged = (['even', 'Poisson'] as const).flatMap((spread) => {
+    const precise = find('precise-window', 100, spread);
+    return counter === undefined || precise === undefined
+      ? []
+      : [{ spread, precise, ratio: precise.perIdentifier / counter.perIdentifier }];
+  });
+  if (counter !== undefined && judged.length > 0) {
+    lines.push(
+      `Target for the precise window at limit 100, fully used: at most 2 × the sliding window counter's bytes per identifier, fully used too (${counter.perIdentifier.toFixed(1)}): ${judged
+        .map(
+          ({ spread, precise, ratio }) =>
+            `${spread === 'even' ? 'evenly spaced' : 'Poisson'}, ${precise.perIdentifier.toFixed(1)} bytes, ${ratio.toFixed(2)} ×: **${ratio <= 2 ? 'met' : 'missed'}**`,
+        )
+        .join('; ')}.` +
+        (oneRequest === undefined
+          ? ''
+          : ` With one request per identifier the counter measured ${oneRequest.toFixed(1)} bytes, with a value in the same allocation class: the difference is this measurement's noise, which the precise window's rows carry too.`),
+      '',
+    );
+  }
+  if (lengths.length > 0) {
+    lines.push('### The precise window by value length', '');
+    lines.push(
+      "The precise window's bytes per identifier step with the length of its value, by allocation class, not with each byte. " +
+        `Values of these lengths, written with \`SET key value PX ${PRECISE_PX}\` on the same ${IDS.toLocaleString('en-US')} identifiers as the first table (a layout measured, not this package's script):`,
+      '',
+    );
+    lines.push('| value length (bytes) | bytes per identifier | |', '| ---: | ---: | --- |');
+    for (const { bytes, perIdentifier, note } of lengths) lines.push(`| ${bytes} | ${perIdentifier.toFixed(1)} | ${note} |`);
+    lines.push('');
+  }
+  const coarse = (['even', 'Poisson'] as const).flatMap((spread) => {
+    const row = find('precise-window', 1000, spread, COARSE_PRECISION);
+    const fine = find('precise-window', 1000, spread);
+    return row?.held === undefined || fine === undefined ? [] : [{ spread, row, fine }];
+  });
+  if (coarse.length > 0) {
+    lines.push(
+      `Bound: a precise window holds at most \`precision + 1\` buckets per tier, so its state stops growing with the units once every bucket holds some. At limit 1000 with a precision of ${COARSE_PRECISION} it held ${coarse
+        .map(
+          ({ spread, row, fine }) =>
+            `${row.held!.units} units in ${row.held!.buckets} buckets (${spread === 'even' ? 'evenly spaced' : 'Poisson'}): ${row.perIdentifier.toFixed(1)} bytes per identifier, against ${fine.perIdentifier.toFixed(1)} at the default precision`,
+        )
+        .join('; ')}; the bound is ${COARSE_PRECISION + 1} buckets.`,
+      '',
+    );
+  }
+  return lines;
 }
 
 /** An alternative layout for the sliding window, emulated with plain commands (not this package's script). */
@@ -356,6 +681,8 @@ async function main(): Promise<void> {
   const whatIfs: { name: string; bytes: number }[] = [];
   const bucketWhatIfs: { name: string; bytes: number; encoding: string }[] = [];
   const peerRows: PeerRow[] = [];
+  const fullRows: FullRow[] = [];
+  const lengthRows: LengthRow[] = [];
   try {
     for (const variant of VARIANTS) {
       process.stderr.write(
@@ -364,6 +691,39 @@ async function main(): Promise<void> {
       const row = await measure(client, variant);
       process.stderr.write(`${row.perIdentifier.toFixed(1)} bytes each (${row.seconds.toFixed(1)} s)\n`);
       rows.push(row);
+    }
+    for (const variant of FULL_VARIANTS) {
+      process.stderr.write(
+        `fully used: ${variant.algorithm}${variant.precision === undefined ? '' : `, precision ${variant.precision}`}, limit ${variant.limit}, ${variant.spread}... `,
+      );
+      const row = await measureFull(client, () => new Redis({ host: '127.0.0.1', port: redis.port }), variant);
+      process.stderr.write(
+        `${row.perIdentifier.toFixed(1)} bytes each, ${row.allowed.toFixed(1)} allowed of ${row.checks}, ${row.sample} (${row.seconds.toFixed(1)} s)\n`,
+      );
+      fullRows.push(row);
+    }
+    // The precise window's value at the lengths its fully used samples had, and at 124 and 125 bytes.
+    const sampled = (['even', 'Poisson'] as const).flatMap((spread) => {
+      const row = fullRows.find(
+        (r) => r.algorithm === 'precise-window' && r.limit === 100 && r.spread === spread && r.precision === undefined,
+      );
+      return row?.valueBytes === undefined
+        ? []
+        : [{ bytes: row.valueBytes, note: `the sample at limit 100, ${spread === 'even' ? 'evenly spaced' : 'Poisson'}` }];
+    });
+    const notes = new Map<number, string[]>([
+      [124, []],
+      [125, []],
+    ]);
+    for (const { bytes, note } of sampled) notes.set(bytes, [...(notes.get(bytes) ?? []), note]);
+    for (const [bytes, note] of [...notes].sort(([a], [b]) => a - b)) {
+      const perIdentifier = await measureWhatIf(
+        client,
+        { name: `${bytes} bytes`, write: (pipeline, n, value) => pipeline.set(`${PREFIX}:${identifier(n)}`, value, 'PX', PRECISE_PX) },
+        'x'.repeat(bytes),
+      );
+      process.stderr.write(`what if (precise window): ${perIdentifier.toFixed(1)} bytes for a value of ${bytes} bytes\n`);
+      lengthRows.push({ bytes, perIdentifier, note: note.join('; ') });
     }
     const value = rows[0].sampleValue.replace(/"/g, '');
     for (const whatIf of WHAT_IFS) {
@@ -428,6 +788,7 @@ async function main(): Promise<void> {
       '',
     );
   }
+  if (fullRows.length > 0) lines.push(...fullSection(fullRows, rows[0]?.perIdentifier, lengthRows));
   if (peerRows.length > 0) {
     lines.push('## The peer libraries', '');
     lines.push(
@@ -481,7 +842,7 @@ async function main(): Promise<void> {
     const smallestNames = others.filter((row) => bytes(row) === smallest).map((row) => row.algorithm);
     const standing =
       bytes(bucket) < smallest
-        ? `the smallest of the four (${bytes(bucket).toFixed(1)} against ${smallest.toFixed(1)} for ${smallestNames.join(' and ')})`
+        ? `the smallest of the ${new Set(rows.map((row) => row.algorithm)).size} algorithms (${bytes(bucket).toFixed(1)} against ${smallest.toFixed(1)} for ${smallestNames.join(' and ')})`
         : bytes(bucket) === smallest
           ? `**not** the smallest: tied with ${smallestNames.join(' and ')} at ${smallest.toFixed(1)} bytes`
           : `**not** the smallest: ${bytes(bucket).toFixed(1)} bytes against ${smallest.toFixed(1)} for ${smallestNames.join(' and ')}`;

@@ -4,9 +4,11 @@
  * Starts its own redis-server and measures CPU microseconds (user + system of this process)
  * per operation for: a plain GET of the client, `RedisStore.check`, `Limiter.check`, the
  * adapters' shared `HttpLimiter.handle` with header writing, and a denial answered from the
- * deny cache; each with an ioredis client with and without auto-pipelining, and a node-redis
+ * deny cache; each with an ioredis client with and without auto-pipelining, a node-redis
  * client (`disableOfflineQueue: true`), whose GET is also measured without node-redis 6's
- * per-command timer (`timeout: 0`, as the store sends its checks); and the CPU redis-server
+ * per-command timer (`timeout: 0`, as the store sends its checks), a Valkey GLIDE client (its
+ * Rust core's threads run in this process, and their CPU is counted) and an iovalkey client; the
+ * check script sent once per check, without the store's batching; and the CPU redis-server
  * itself spends per `RedisStore.check` (from /proc, Linux). 64 checks are kept in
  * flight, as 64 HTTP connections would. Each figure is the lowest of 7 repetitions, which
  * load from other processes disturbs least. Run through ts-node, it compiles itself and runs
@@ -14,11 +16,15 @@
  */
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
+import { GlideClient, Logger } from '@valkey/valkey-glide';
 import Redis from 'ioredis';
+import { Redis as IoValkey } from 'iovalkey';
 import { createClient } from 'redis';
 import { ALGORITHMS } from '../src/algorithms';
 import { createLimiter } from '../src/core/limiter';
 import { HttpLimiter } from '../src/http/handler';
+import { scriptArgv } from '../src/protocol';
+import type { RedisClientAdapter } from '../src/stores/redis/redis-client';
 import { RedisStore, type RedisStoreClient } from '../src/stores/redis/redis-store';
 import { processCpu } from '../support/process-cpu';
 import { startRedis } from '../support/redis-server';
@@ -89,6 +95,22 @@ const CLIENTS: readonly { name: string; connect(port: number): Promise<Measured>
         close: () => client.destroy(),
       };
     },
+  })
+  .concat({
+    name: 'Valkey GLIDE',
+    async connect(port: number): Promise<Measured> {
+      Logger.setLoggerConfig('off');
+      const client = await GlideClient.createClient({ addresses: [{ host: '127.0.0.1', port }], requestTimeout: 500 });
+      return { client, get: (key) => client.get(key), close: () => client.close() };
+    },
+  })
+  .concat({
+    name: 'iovalkey',
+    async connect(port: number): Promise<Measured> {
+      const client = new IoValkey({ host: '127.0.0.1', port, enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
+      await client.connect();
+      return { client: client as unknown as RedisStoreClient, get: (key) => client.get(key), close: () => client.disconnect() };
+    },
   });
 
 async function main(): Promise<void> {
@@ -116,7 +138,16 @@ async function main(): Promise<void> {
       // A request object per operation, as HTTP gives: the limiter records what it counted on it.
       const http = (limiter: typeof allow) => (): Promise<void> =>
         new Promise<void>((resolve) => limiter.handle({ headers: requestHeaders }, headers, () => resolve()));
-      const check = { now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers: limiter.tiers };
+      const check = {
+        now: undefined,
+        cost: 1,
+        dryRun: false,
+        blockFor: 0,
+        countedAt: 0,
+        actualCost: 0,
+        tiers: limiter.tiers,
+        precision: limiter.precision,
+      };
       // Two checks: the second is denied and cached.
       await http(deny)();
       await http(deny)();
@@ -125,6 +156,15 @@ async function main(): Promise<void> {
       if (bareGet) figures['client GET, no per-command timer'] = await cpuPerOperation(() => bareGet(`${run}-get`), OPERATIONS, IN_FLIGHT);
       figures['RedisStore.check'] = await cpuPerOperation(
         () => store.check(ALGORITHMS['sliding-window'], `${run}-store:user:1`, check),
+        OPERATIONS,
+        IN_FLIGHT,
+      );
+      // The check script sent once per check, through the store's client adapter: no batching.
+      const adapter = (store as unknown as { redis: RedisClientAdapter }).redis;
+      const argv = scriptArgv(check);
+      const { lua } = ALGORITHMS['sliding-window'].check;
+      figures['check script, one EVALSHA per check (no batching)'] = await cpuPerOperation(
+        () => adapter.run(lua, [`${run}-store:user:1`], argv),
         OPERATIONS,
         IN_FLIGHT,
       );

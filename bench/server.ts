@@ -6,13 +6,16 @@
  * - BENCH_FRAMEWORK: `express` | `fastify`
  * - BENCH_LIMITER:   `bare` | `swl` (this package) | `swlap` (this package, client with auto-pipelining)
  *                    | `swlnr` (this package over node-redis, the `redis` package, as the README recommends it)
- *                    | `swlfw`, `swltb`, `swlsl` (this package with the fixed window, token bucket or sliding log algorithm)
+ *                    | `incr` (no limiter: one auto-pipelined INCR + PEXPIRE per request, the floor of allowed traffic)
+ *                    | `swlgl` (this package over Valkey GLIDE), `swliv` (this package over iovalkey), as docs/valkey.md recommends them
+ *                    | `swlfw`, `swltb`, `swlsl`, `swlpw` (this package with the fixed window, token bucket, sliding log or precise window algorithm)
  *                    | `floor` (no limiter: a hook that answers every request with the 429 this package sends) | `erl` (express-rate-limit + rate-limit-redis)
  *                    | `rlf` (rate-limiter-flexible RateLimiterRedis) | `frl` (@fastify/rate-limit)
  * - BENCH_LIMIT, BENCH_WINDOW_MS: the same limit for every limiter
  * - BENCH_REDIS_PORT: the redis-server on loopback
  * - BENCH_REDIS_CLUSTER: comma-separated ports of a Redis Cluster's masters on loopback: when set,
- *   every limiter's client is a cluster client of it (ioredis `Cluster`, node-redis `createCluster`)
+ *   every limiter's client is a cluster client of it (ioredis `Cluster`, node-redis `createCluster`,
+ *   GLIDE `GlideClusterClient`, iovalkey `Cluster`)
  * - BENCH_PEER_CLIENT: `default` (peers get `new Redis(port)`, as their docs show) or `same`
  *   (peers get the same client options as this package)
  *
@@ -20,6 +23,7 @@
  * text. Prints `READY <port>` on stdout once Redis is connected and the server listens.
  */
 import Redis, { Cluster, type RedisOptions } from 'ioredis';
+import { Redis as IoValkey, Cluster as IoValkeyCluster } from 'iovalkey';
 import { createClient, createCluster } from 'redis';
 import type { RedisStoreClient } from '../src';
 
@@ -31,7 +35,9 @@ const redisPort = Number(process.env.BENCH_REDIS_PORT ?? 6379);
 const clusterPorts = (process.env.BENCH_REDIS_CLUSTER ?? '').split(',').filter(Boolean).map(Number);
 const peerClient = process.env.BENCH_PEER_CLIENT ?? 'default';
 /** The algorithm of this package's limiter: the sliding window unless the limiter's name says another. */
-const algorithm = ({ swlfw: 'fixed-window', swltb: 'token-bucket', swlsl: 'sliding-log' } as const)[limiterName] ?? 'sliding-window';
+const algorithm =
+  ({ swlfw: 'fixed-window', swltb: 'token-bucket', swlsl: 'sliding-log', swlpw: 'precise-window' } as const)[limiterName] ??
+  'sliding-window';
 /** Each server counts under its own key prefix, so no two share (or clobber) a key. */
 const prefix = process.env.BENCH_PREFIX ?? `${framework}-${limiterName}`;
 
@@ -41,6 +47,19 @@ export const RECOMMENDED_CLIENT: RedisOptions = { enableOfflineQueue: false, max
 const WITH_AUTOPIPELINING: RedisOptions = { ...RECOMMENDED_CLIENT, enableAutoPipelining: true };
 
 const BODY = 'ok';
+
+/**
+ * The floor of allowed traffic (limiter `incr`): no limiter, one INCR and one PEXPIRE per request
+ * on an auto-pipelined client with this package's options, the least any Redis-backed limiter that
+ * counts a request can send. No limiter can beat it.
+ */
+async function incrementer(): Promise<(id: string) => Promise<unknown>> {
+  const client = await connect(WITH_AUTOPIPELINING);
+  return (id) => {
+    const key = `${prefix}:${id}`;
+    return Promise.all([client.incr(key), client.pexpire(key, windowMs)]);
+  };
+}
 
 async function connect(options: RedisOptions): Promise<Redis> {
   if (clusterPorts.length > 0) {
@@ -60,8 +79,39 @@ async function connect(options: RedisOptions): Promise<Redis> {
   return client;
 }
 
-/** This package's client for limiter `swl`, `swlap`, `swlnr` or another algorithm's. */
+/** The GLIDE client docs/valkey.md recommends: requestTimeout as the limiter's timeoutMs (its default, 500 ms). */
+async function glideClient(): Promise<RedisStoreClient> {
+  const { GlideClient, GlideClusterClient, Logger } = await import('@valkey/valkey-glide');
+  // Its Rust core logs every error reply (the first NOSCRIPT too) on stdout, where READY is read.
+  Logger.setLoggerConfig('off');
+  const requestTimeout = 500;
+  if (clusterPorts.length > 0) {
+    return GlideClusterClient.createClient({ addresses: clusterPorts.map((port) => ({ host: '127.0.0.1', port })), requestTimeout });
+  }
+  return GlideClient.createClient({ addresses: [{ host: '127.0.0.1', port: redisPort }], requestTimeout });
+}
+
+/** An iovalkey client with the options recommended for ioredis (iovalkey is its fork). */
+async function iovalkeyClient(): Promise<RedisStoreClient> {
+  // RECOMMENDED_CLIENT's values, typed with iovalkey's own options.
+  const { enableOfflineQueue, maxRetriesPerRequest } = RECOMMENDED_CLIENT;
+  if (clusterPorts.length > 0) {
+    const cluster = new IoValkeyCluster(
+      clusterPorts.map((port) => ({ host: '127.0.0.1', port })),
+      { lazyConnect: true, redisOptions: { maxRetriesPerRequest }, enableOfflineQueue },
+    );
+    await cluster.connect();
+    return cluster as unknown as RedisStoreClient;
+  }
+  const client = new IoValkey({ host: '127.0.0.1', port: redisPort, lazyConnect: true, enableOfflineQueue, maxRetriesPerRequest });
+  await client.connect();
+  return client as unknown as RedisStoreClient;
+}
+
+/** This package's client for limiter `swl`, `swlap`, `swlnr`, `swlgl`, `swliv` or another algorithm's. */
 async function storeClient(): Promise<RedisStoreClient> {
+  if (limiterName === 'swlgl') return glideClient();
+  if (limiterName === 'swliv') return iovalkeyClient();
   if (limiterName === 'swlnr' && clusterPorts.length > 0) {
     const cluster = createCluster({
       rootNodes: clusterPorts.map((port) => ({ url: `redis://127.0.0.1:${port}` })),
@@ -126,12 +176,27 @@ async function express(): Promise<(port: number) => Promise<number>> {
       break;
     case 'swl':
     case 'swlap':
-    case 'swlnr': {
+    case 'swlnr':
+    case 'swlpw': {
       const { rateLimit, RedisStore } = await import('../src/express');
       const client = await storeClient();
       app.use(
-        rateLimit({ store: new RedisStore({ client }), limit, window: windowMs, prefix, identify: (request) => idOf(request.headers) }),
+        rateLimit({
+          store: new RedisStore({ client }),
+          algorithm,
+          limit,
+          window: windowMs,
+          prefix,
+          identify: (request) => idOf(request.headers),
+        }),
       );
+      break;
+    }
+    case 'incr': {
+      const count = await incrementer();
+      app.use((request, _response, next) => {
+        count(idOf(request.headers)).then(() => next(), next);
+      });
       break;
     }
     case 'floor':
@@ -200,9 +265,12 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
     case 'swl':
     case 'swlap':
     case 'swlnr':
+    case 'swlgl':
+    case 'swliv':
     case 'swlfw':
     case 'swltb':
-    case 'swlsl': {
+    case 'swlsl':
+    case 'swlpw': {
       const { rateLimitPlugin, RedisStore } = await import('../src/fastify');
       const client = await storeClient();
       await app.register(rateLimitPlugin, {
@@ -212,6 +280,13 @@ async function fastify(): Promise<(port: number) => Promise<number>> {
         window: windowMs,
         prefix,
         identify: (request) => idOf(request.headers),
+      });
+      break;
+    }
+    case 'incr': {
+      const count = await incrementer();
+      app.addHook('onRequest', (request, _reply, done) => {
+        count(idOf(request.headers)).then(() => done(), done);
       });
       break;
     }

@@ -1,7 +1,7 @@
 // Builds dist/ from the entry points (src/index.ts, src/express.ts, src/fastify.ts, src/hono.ts,
-// src/nestjs.ts)
-// in two formats: ES modules (.mjs, types in .d.mts) for `import`, CommonJS (.cjs, types in
-// .d.cts) for `require`, chosen by the `import`/`require` conditions of package.json `exports`.
+// src/koa.ts, src/nestjs.ts) in two formats: ES modules (.mjs, types in .d.mts) for `import`,
+// CommonJS (.cjs, types in .d.cts) for `require`, chosen by the `import`/`require` conditions of
+// package.json `exports`.
 //
 // Why two formats: an `import` of a CommonJS-only package gets Node's interop view of it
 // (`default` and `__esModule` beside the named exports, and types that only some TypeScript
@@ -37,6 +37,7 @@ const input = {
   express: 'src/express.ts',
   fastify: 'src/fastify.ts',
   hono: 'src/hono.ts',
+  koa: 'src/koa.ts',
   nestjs: 'src/nestjs.ts',
 };
 const tsconfig = 'tsconfig.build.json';

@@ -1,7 +1,8 @@
 /**
- * Hono middleware (Hono 4, served by @hono/node-server): framework glue over the shared HTTP
- * path. The request and the response are both Hono's `Context`; the IP comes from the connection
- * (as @hono/node-server's `getConnInfo` reads it), and from `X-Forwarded-For` only as far as `byIp({ trustProxy })` says.
+ * Hono middleware (Hono 4, served by @hono/node-server, `Bun.serve` or `Deno.serve`): framework
+ * glue over the shared HTTP path. The request and the response are both Hono's `Context`; the IP
+ * comes from the runtime's connection info (as Hono's `getConnInfo` reads it), and from
+ * `X-Forwarded-For` only as far as `byIp({ trustProxy })` says.
  *
  * @example
  * import { byIp, rateLimit } from 'ratewarden/hono';
@@ -174,25 +175,36 @@ function warnUntrustedForwarded(peer: string): void {
   );
 }
 
-/** What @hono/node-server puts in `c.env`: Node's request (under `server` when the app is mounted with its own bindings). */
-interface NodeBindings {
+/**
+ * What the server puts in `c.env`, where the connection's peer can be read: Node's request under
+ * @hono/node-server, Bun's server (`Bun.serve` calls `fetch(request, server)`), or Deno's
+ * `ServeHandlerInfo` (`Deno.serve` calls `handler(request, info)`). Under `server` when the app
+ * is called with bindings of its own around them.
+ */
+interface ServerBindings {
   readonly incoming?: { readonly socket?: { readonly remoteAddress?: string | undefined } | undefined } | undefined;
-  readonly server?: NodeBindings | undefined;
+  readonly requestIP?: ((request: Request) => { readonly address: string } | null | undefined) | undefined;
+  readonly remoteAddr?: { readonly transport?: string; readonly hostname?: string | undefined } | undefined;
+  readonly server?: ServerBindings | undefined;
 }
 
 /**
- * The address of the connection's peer, read where @hono/node-server keeps Node's request (as
- * its `getConnInfo` does, without importing it: the adapter loads on runtimes without it).
+ * The address of the connection's peer, from the runtime's own connection info (as Hono's
+ * `getConnInfo` helpers of each runtime read it, without importing them: the adapter loads on
+ * every runtime): Node's socket, Bun's `server.requestIP(request)`, or Deno's `info.remoteAddr`.
  */
 function peerAddress(c: Context): string | undefined {
-  const env = c.env as NodeBindings | undefined;
-  const socket = (env?.server ?? env)?.incoming?.socket;
-  if (socket === undefined) {
-    throw new Error(
-      "ratewarden/hono: byIp() reads the client's address from @hono/node-server (Node's request in c.env), and this request did not come through it; on another runtime, pass identify",
-    );
-  }
-  return socket.remoteAddress;
+  const env = c.env as ServerBindings | undefined;
+  const bindings = env?.server ?? env;
+  const socket = bindings?.incoming?.socket;
+  if (socket !== undefined) return socket.remoteAddress;
+  if (typeof bindings?.requestIP === 'function') return bindings.requestIP(c.req.raw)?.address;
+  const remote = bindings?.remoteAddr;
+  // A Unix socket has a path, no address: such a request is not identified by IP.
+  if (remote !== undefined) return remote.transport === 'tcp' || remote.transport === 'udp' ? remote.hostname : undefined;
+  throw new Error(
+    "ratewarden/hono: byIp() reads the client's address from the server's connection info (@hono/node-server's request, Bun.serve's server or Deno.serve's info in c.env), and this request came with none (app.request() in tests, a worker...); pass identify",
+  );
 }
 
 /** The client's address: `peer`, or, through trusted proxies, an address of `X-Forwarded-For`. */
@@ -213,8 +225,8 @@ function clientAddress(c: Context, peer: string, trust: TrustProxy): string {
 }
 
 /**
- * Identifies a request by client IP, for Hono on @hono/node-server: the connection's peer
- * (`getConnInfo`), or with `trustProxy` the client your proxies name in `X-Forwarded-For`, never
+ * Identifies a request by client IP, for Hono on @hono/node-server, `Bun.serve` or `Deno.serve`:
+ * the connection's peer (as `getConnInfo` reads it), or with `trustProxy` the client your proxies name in `X-Forwarded-For`, never
  * a header no trusted proxy wrote. Addresses are normalized as by the core's `byIp()`
  * (IPv4-mapped IPv6 unmapped, IPv6 masked to `ipv6Subnet`): `ip:203.0.113.7`.
  */

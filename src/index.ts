@@ -31,6 +31,7 @@ export type {
 } from './metrics';
 export type { MemoryStoreOptions } from './stores/memory';
 export { MemoryStore } from './stores/memory';
+export type { GlideClient, GlideClusterClient } from './stores/redis/glide';
 export type { IoredisClient } from './stores/redis/ioredis';
 export type { NodeRedisClient, NodeRedisCluster, NodeRedisCommandOptions, NodeRedisSentinel } from './stores/redis/node-redis';
 export type { RedisStoreClient, RedisStoreOptions } from './stores/redis/redis-store';

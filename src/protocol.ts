@@ -30,15 +30,17 @@ export const ARGV_SLOT = {
   leaseMs: 8,
   /** The lease a check takes, or that a release or renewal names; `''` without a lease. */
   leaseId: 9,
+  /** Buckets per window of the `precise-window` algorithm; the other algorithms ignore it. */
+  precision: 10,
   /**
    * `'1'`: a block this check starts wipes the identifier's counts, so it starts afresh when the
    * block ends (`afterBlock: 'reset'`); `'0'`: the counts stay (`'keep'`).
    */
-  blockResets: 10,
+  blockResets: 11,
 } as const;
 
 /** The slot of the first tier's limit; each tier takes two slots, its limit and its window (ms). */
-const FIRST_TIER_SLOT = 11;
+const FIRST_TIER_SLOT = 12;
 
 /** The lease part of a call: a check that takes a slot, or the release or renewal of one. */
 export interface LeaseCall {
@@ -65,6 +67,8 @@ export interface ScriptCall {
   /** What the check being settled turned out to cost; 0 for a check. */
   readonly actualCost: number;
   readonly tiers: readonly Tier[];
+  /** Buckets per window of the `precise-window` algorithm (a positive integer); the other algorithms ignore it. */
+  readonly precision: number;
   /** The lease a check takes (with `concurrency`), or that a release or renewal names; none otherwise. */
   readonly lease?: LeaseCall | undefined;
 }
@@ -81,6 +85,7 @@ export function scriptArgv(call: ScriptCall): (string | number)[] {
   argv[ARGV_SLOT.concurrency - 1] = call.lease?.concurrency ?? 0;
   argv[ARGV_SLOT.leaseMs - 1] = call.lease?.leaseMs ?? 0;
   argv[ARGV_SLOT.leaseId - 1] = call.lease?.id ?? '';
+  argv[ARGV_SLOT.precision - 1] = call.precision;
   argv[ARGV_SLOT.blockResets - 1] = call.blockResets === true ? '1' : '0';
   for (let i = 0; i < call.tiers.length; i++) {
     argv[FIRST_TIER_SLOT - 1 + 2 * i] = call.tiers[i].limit;
@@ -213,7 +218,7 @@ local lastArgv, lastArgs
 local function readArgs(argv)
   if argv == lastArgv then
     local a = lastArgs
-    return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11]
+    return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12]
   end
   local now = tonumber(argv[${ARGV_SLOT.now}]) or timeOfRun
   if not now then
@@ -231,9 +236,9 @@ local function readArgs(argv)
   lastArgv = argv
   lastArgs = { now, tonumber(argv[${ARGV_SLOT.cost}]), argv[${ARGV_SLOT.dryRun}] == '1', tonumber(argv[${ARGV_SLOT.blockFor}]),
     tonumber(argv[${ARGV_SLOT.countedAt}]), tonumber(argv[${ARGV_SLOT.actualCost}]), tiers, limits, windows, longest,
-    argv[${ARGV_SLOT.blockResets}] == '1' }
+    tonumber(argv[${ARGV_SLOT.precision}]), argv[${ARGV_SLOT.blockResets}] == '1' }
   local a = lastArgs
-  return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11]
+  return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12]
 end
 local function checkReply(${inOrder(REPLY, ['firstTier'])})
   return { ${inOrder(REPLY, ['firstTier'])} }
@@ -261,7 +266,7 @@ end
 
 /** The locals every script body reads, from `readArgs` of {@link LUA_PROTOCOL}. */
 export const LUA_ARGS =
-  'local now, cost, dryRun, blockFor, countedAt, actualCost, tiers, limits, windows, longest, blockResets = readArgs(argv)';
+  'local now, cost, dryRun, blockFor, countedAt, actualCost, tiers, limits, windows, longest, precision, blockResets = readArgs(argv)';
 
 /**
  * A batch call checks many keys in one script run. Its ARGV is the dry-run override (`'1'` makes

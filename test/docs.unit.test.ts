@@ -14,11 +14,11 @@
  * `<!-- docs-test: skip-until <name> -->`: it is compiled but its errors are not reported, and
  * the test fails once it compiles cleanly, so the marker is removed when its API exists.
  */
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import ts from 'typescript';
 import { CODES } from '../src/errors';
+import { ensureFreshDist } from './helpers/dist';
 
 const root = resolve(__dirname, '..');
 const docsDir = join(root, 'docs');
@@ -74,23 +74,6 @@ function typescriptBlocks(document: string): Block[] {
   }
   if (open !== undefined) throw new Error(`${document}:${open.line}: a code block is never closed`);
   return blocks;
-}
-
-/** The newest modification time of any file under `dir`. */
-function newestFile(dir: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    newest = Math.max(newest, entry.isDirectory() ? newestFile(path) : statSync(path).mtimeMs);
-  }
-  return newest;
-}
-
-/** Builds dist/ when its declarations are missing or older than the newest file under src/. */
-function ensureFreshDist(): void {
-  const declarations = join(root, 'dist', 'index.d.mts');
-  if (existsSync(declarations) && statSync(declarations).mtimeMs >= newestFile(join(root, 'src'))) return;
-  execFileSync(process.execPath, [join(root, 'scripts', 'build.mjs')], { cwd: root, stdio: 'pipe' });
 }
 
 function diagnosticText(diagnostic: ts.Diagnostic): string {

@@ -1,12 +1,13 @@
 /** The text of `docs/accuracy.md`, with the measured numbers filled in. */
-import type { AlgorithmName } from '../../src/algorithms/types';
-import { loadBand, overshoot, percent } from './report';
-import type { AlgorithmStats, TraceResult } from './simulate';
+import { DEFAULT_PRECISION } from '../../src/algorithms/precise-window';
+import { COARSER_PRECISIONS, PRECISE_LABELS } from './contestants';
+import { loadBand, overshoot, percent, type TargetCheck, targetChecks } from './report';
+import { type ContestantStats, statsOf, type TraceResult } from './simulate';
 
-/** Steady-state admissions per window under a constant flood, per limit and algorithm. */
+/** Admissions per window under a constant flood, per limit and contestant (by label). */
 export interface FloodResult {
   readonly limit: number;
-  readonly perWindow: ReadonlyMap<AlgorithmName, readonly number[]>;
+  readonly perWindow: ReadonlyMap<string, readonly number[]>;
 }
 
 /** Everything the document is assembled from. */
@@ -15,6 +16,8 @@ export interface DocumentInput {
   readonly table: string;
   /** The token bucket's table (`bucketTable`). */
   readonly bucket: string;
+  /** The precise window's table (`preciseTable`). */
+  readonly precise: string;
   readonly breakdowns: readonly { readonly result: TraceResult; readonly table: string }[];
   readonly floods: readonly FloodResult[];
   readonly seconds: number;
@@ -27,48 +30,47 @@ const CLOUDFLARE_POST = 'https://blog.cloudflare.com/counting-things-a-lot-of-di
  *
  * @param input - results, rendered tables, flood measurements and the run time.
  */
-export function accuracyDocument({ results, table, bucket, breakdowns, floods, seconds }: DocumentInput): string {
+export function accuracyDocument({ results, table, bucket, precise, breakdowns, floods, seconds }: DocumentInput): string {
   const result = (trace: string): TraceResult => {
     const found = results.find((r) => r.trace.name === trace);
     if (found === undefined) throw new Error(`accuracy document: no trace ${trace}`);
     return found;
   };
-  const stat = (trace: string, algorithm: AlgorithmName): AlgorithmStats => result(trace).stats.find((s) => s.algorithm === algorithm)!;
-  const fa = (trace: string, algorithm: AlgorithmName): string =>
-    `${percent(stat(trace, algorithm).falseAllows, stat(trace, algorithm).requests)} %`;
-  const wrong = (trace: string, algorithm: AlgorithmName): string => {
-    const s = stat(trace, algorithm);
+  const stat = (trace: string, label: string): ContestantStats => statsOf(result(trace).stats, label);
+  const fa = (trace: string, label: string): string => `${percent(stat(trace, label).falseAllows, stat(trace, label).requests)} %`;
+  const wrong = (trace: string, label: string): string => {
+    const s = stat(trace, label);
     return `${percent(s.falseAllows + s.falseDenies, s.requests)} %`;
   };
-  const cappedWrong = (s: AlgorithmStats): string => `${percent(s.falseAllows + s.cappedFalseDenies, s.requests)} %`;
-  const over = (trace: string, algorithm: AlgorithmName): string =>
-    overshoot(stat(trace, algorithm), result(trace).trace.tier.limit).toFixed(2);
-  const admitted = (trace: string, algorithm: AlgorithmName): string =>
-    `${((100 * stat(trace, algorithm).allowed) / stat(trace, algorithm).requests).toFixed(2)} %`;
+  const cappedWrong = (s: ContestantStats): string => `${percent(s.falseAllows + s.cappedFalseDenies, s.requests)} %`;
+  const over = (trace: string, label: string): string => overshoot(stat(trace, label), result(trace).trace.tier.limit).toFixed(2);
+  const admitted = (trace: string, label: string): string =>
+    `${((100 * stat(trace, label).allowed) / stat(trace, label).requests).toFixed(2)} %`;
   const exactAdmitted = (trace: string): string => `${((100 * result(trace).referenceAllowed) / result(trace).requests).toFixed(2)} %`;
 
   const totalRequests = results.reduce((sum, r) => sum + r.requests, 0);
   const logWrong = results.reduce((sum, r) => {
-    const s = r.stats.find((x) => x.algorithm === 'sliding-log');
+    const s = r.stats.find((x) => x.contestant.label === 'sliding-log');
     return sum + (s === undefined ? 0 : s.falseAllows + s.falseDenies + (s.requests - s.agreements));
   }, 0);
   const heavy = result('heavy-tailed');
-  const light = heavy.groups.get(loadBand(0))?.find((s) => s.algorithm === 'sliding-window');
+  const light = heavy.groups.get(loadBand(0))?.find((s) => s.contestant.label === 'sliding-window');
   const heavyBand = heavy.groups.get(loadBand(Infinity));
-  const steady = (flood: FloodResult, algorithm: AlgorithmName): number => {
-    const counts = flood.perWindow.get(algorithm)!;
+  const steady = (flood: FloodResult, label: string): number => {
+    const counts = flood.perWindow.get(label)!;
     return counts[counts.length - 1];
   };
   const floodLine = floods.map((f) => `${steady(f, 'sliding-window')} per window for a limit of ${f.limit}`).join(', ');
   const date = new Date().toISOString().slice(0, 10);
   const bucketSection = tokenBucketSection(results, bucket, floods);
+  const preciseSection = preciseWindowSection(results, precise, floods);
 
   return `# Accuracy study
 
-How often do the sliding window counter and the fixed window decide differently from
-an exact sliding log, and by how much can they let a client exceed its limit? And the
-token bucket, which is not a window at all: does it keep to its own definition, and how
-different from a window is what it lets through?
+How often do the sliding window counter, the fixed window and the precise window decide
+differently from an exact sliding log, and by how much can they let a client exceed its
+limit? And the token bucket, which is not a window at all: does it keep to its own
+definition, and how different from a window is what it lets through?
 
 Generated by \`npm run accuracy\` (source: [\`bench/accuracy/\`](https://github.com/ratewarden/ratewarden/tree/main/bench/accuracy)) on
 ${date} with Node ${process.version}; the whole run took ${seconds.toFixed(1)} s. Every trace
@@ -87,6 +89,9 @@ is seeded, so a re-run reproduces these numbers exactly.
   \`token-bucket\` is judged twice: against its own definition, an exact token bucket
   (\`bench/accuracy/exact-bucket.ts\`, see [Token bucket](#token-bucket)), and against the
   exact sliding log like the others, which shows how a bucket differs from a window.
+- **Contestants.** Every algorithm with its default settings, and \`precise-window\` also
+  at a \`precision\` of ${COARSER_PRECISIONS.join(' and ')} buckets per window (its default is ${DEFAULT_PRECISION}), named
+  with it (\`${PRECISE_LABELS[1] ?? 'precise-window, precision n'}\`), to show what coarser buckets cost.
 - **Each algorithm runs on its own state** and so decides from its own history of
   allowed requests. A *shadow* exact log is fed with exactly the requests that
   algorithm allowed, and at every request we ask the shadow whether an exact sliding
@@ -129,6 +134,8 @@ exceeded the limit.
 ${breakdowns.map((b) => `### ${b.result.trace.name}, by offered load\n\n${b.table}`).join('\n\n')}
 
 ${bucketSection}
+
+${preciseSection}
 
 ## Compared with Cloudflare's figure
 
@@ -180,19 +187,21 @@ are measured in percent.
   weight never reaches zero inside a window, a constant flood gets ${floodLine}
   after the first window (the exact log and the fixed window admit the full limit).
   With small limits that is a visible cut: in the heavy-tailed sources offering twice
-  the limit or more it admitted ${heavyBand === undefined ? 'n/a' : `${((100 * heavyBand.find((s) => s.algorithm === 'sliding-window')!.allowed) / heavyBand.find((s) => s.algorithm === 'sliding-window')!.requests).toFixed(2)} %`}
-  of their requests, against ${heavyBand === undefined ? 'n/a' : `${((100 * heavyBand.find((s) => s.algorithm === 'sliding-log')!.allowed) / heavyBand.find((s) => s.algorithm === 'sliding-log')!.requests).toFixed(2)} %`} for the exact log.
+  the limit or more it admitted ${heavyBand === undefined ? 'n/a' : `${((100 * statsOf(heavyBand, 'sliding-window').allowed) / statsOf(heavyBand, 'sliding-window').requests).toFixed(2)} %`}
+  of their requests, against ${heavyBand === undefined ? 'n/a' : `${((100 * statsOf(heavyBand, 'sliding-log').allowed) / statsOf(heavyBand, 'sliding-log').requests).toFixed(2)} %`} for the exact log.
 - Where it does earn its reputation: on light traffic, and against the classic
   boundary attack, where its overshoot stays at ${over('boundary-bursts', 'sliding-window')} while the fixed window
   lets through ${over('boundary-bursts', 'fixed-window')} times the limit.
 
-If the limit must hold exactly (billing, quotas), use the sliding log.
+If the limit must hold exactly (billing, quotas), use the sliding log, or the
+[precise window](#precise-window) within the figures measured for it.
 
 ## Plots
 
 One representative identifier per trace: the true sliding count of what the exact
 limiter admitted (black), and for each approximation both its own estimate (dashed)
-and the true sliding count of what it admitted (solid, same colour). For the token
+and the true sliding count of what it admitted (solid, same colour); the precise window
+(brown) at its default precision only. For the token
 bucket (purple) the dashed line is the units missing from its bucket (\`limit\` minus
 its tokens), its own measure of use, which is not a count in a window.
 
@@ -205,13 +214,13 @@ ${results.map((r) => `### ${r.trace.name}\n\n![${r.trace.name}: sliding count vs
  * what it admits measured against a window, with the figures of this run.
  */
 function tokenBucketSection(results: readonly TraceResult[], table: string, floods: readonly FloodResult[]): string {
-  const of = (trace: string): { result: TraceResult; stat: AlgorithmStats } | undefined => {
+  const of = (trace: string): { result: TraceResult; stat: ContestantStats } | undefined => {
     const result = results.find((r) => r.trace.name === trace);
-    const stat = result?.stats.find((s) => s.algorithm === 'token-bucket');
+    const stat = result?.stats.find((s) => s.ownDefinition);
     return result === undefined || stat === undefined ? undefined : { result, stat };
   };
   const measuredOn = results.flatMap((result) => {
-    const stat = result.stats.find((s) => s.algorithm === 'token-bucket');
+    const stat = result.stats.find((s) => s.ownDefinition);
     return stat === undefined ? [] : [{ result, stat }];
   });
   if (measuredOn.length === 0) return '## Token bucket\n\nNot measured in this run.';
@@ -289,4 +298,107 @@ ${table}
 Use it where short bursts are welcome and only the sustained rate matters (APIs that let
 a client catch up after a pause); where no window may ever hold more than the limit, use
 the sliding log.`;
+}
+
+/** A percentage without trailing zeros: 0.1, 1, 2.5. */
+function plainPercent(value: number): string {
+  return `${Number(value.toFixed(4))} %`;
+}
+
+/** A target's verdict in words, with the figure that decides it and, when missed, by how much. */
+function verdict(check: TargetCheck): string {
+  if (check.measured === 0) return `**met**: none on any trace`;
+  if (check.met) return `**met**: at worst ${check.detail} on ${check.trace}${check.atBound ? ', exactly at the bound' : ''}`;
+  return `**missed**: ${check.detail} on ${check.trace}, ${Number((check.measured - check.bound).toFixed(4))} percentage points over the bound of ${plainPercent(check.bound)}`;
+}
+
+/**
+ * The section on the precise window: what it is, the targets set for it judged at each
+ * precision, its rows on every trace, and where its remaining errors come from.
+ */
+function preciseWindowSection(results: readonly TraceResult[], table: string, floods: readonly FloodResult[]): string {
+  const [label] = PRECISE_LABELS;
+  const checks = new Map(PRECISE_LABELS.map((l) => [l, targetChecks(results, l)]));
+  const ours = checks.get(label)!;
+  const missed = ours.filter((check) => !check.met);
+  const coarser = PRECISE_LABELS.slice(1);
+  const header = PRECISE_LABELS.map((l) => `\`${l}\``).join(' | ');
+  const rows = ours.map((check, i) => `| ${check.target} | ${PRECISE_LABELS.map((l) => verdict(checks.get(l)![i])).join(' | ')} |`);
+  const summary =
+    missed.length === 0
+      ? `**At its default precision (${DEFAULT_PRECISION}) it meets all ${ours.length} targets.**`
+      : `**At its default precision (${DEFAULT_PRECISION}) it misses ${missed.length} of the ${ours.length} targets:**\n\n${missed
+          .map(
+            (check) =>
+              `- ${check.target}: ${check.detail} on ${check.trace}, ${Number((check.measured - check.bound).toFixed(4))} percentage points over the bound of ${plainPercent(check.bound)}.`,
+          )
+          .join('\n')}`;
+  const coarserMissed = coarser.map((l) => {
+    const failed = checks.get(l)!.filter((check) => !check.met).length;
+    return `\`${l}\` ${failed === 0 ? 'meets them all' : `misses ${failed}`}`;
+  });
+  const stat = (trace: string, l: string): ContestantStats | undefined =>
+    results.find((r) => r.trace.name === trace)?.stats.find((s) => s.contestant.label === l);
+  const wrongOn = (trace: string): string =>
+    PRECISE_LABELS.map((l) => {
+      const s = stat(trace, l);
+      return s === undefined ? 'n/a' : `${percent(s.falseAllows + s.falseDenies, s.requests)} %`;
+    }).join(', ');
+  const errorsOn = (trace: string): string => {
+    const s = stat(trace, label);
+    return s === undefined
+      ? 'n/a'
+      : `${percent(s.falseDenies, s.requests)} % false denies (${percent(s.cappedFalseDenies, s.requests)} % capped) and ${percent(s.falseAllows, s.requests)} % false allows`;
+  };
+  const totals = results.reduce(
+    (sum, r) => {
+      const s = statsOf(r.stats, label);
+      return { allows: sum.allows + s.falseAllows, denies: sum.denies + s.cappedFalseDenies };
+    },
+    { allows: 0, denies: 0 },
+  );
+  const mostly = totals.denies >= totals.allows ? 'false denies' : 'false allows';
+  const floodLine = floods
+    .map((f) => {
+      const counts = PRECISE_LABELS.flatMap((l) => f.perWindow.get(l) ?? []);
+      const [least, most] = [Math.min(...counts), Math.max(...counts)];
+      return `${least === most ? least : `${least} to ${most}`} per window for a limit of ${f.limit}`;
+    })
+    .join(', ');
+  const sameCounts = floods.every((f) => PRECISE_LABELS.every((l) => (f.perWindow.get(l) ?? []).every((n) => n === f.limit)));
+  return `## Precise window
+
+\`algorithm: 'precise-window'\` keeps the units it counted by bucket: \`precision\` buckets per
+window (${DEFAULT_PRECISION} by default), each \`max(1, floor(window / precision))\` ms wide, at most
+\`precision + 1\` of them per identifier. Its estimate is the units of the buckets wholly
+inside the sliding window, plus those of the one bucket the window cuts, in proportion to
+the part of it still inside; a request is allowed if the estimate plus its cost is at most
+the limit. The study runs it at ${PRECISE_LABELS.length === 1 ? 'its default' : `its default and at ${COARSER_PRECISIONS.join(' and ')} buckets per window`}.
+
+### Targets
+
+The targets set for it, judged on this run (each the worst trace's figure):
+
+| target | ${header} |
+| --- | ${PRECISE_LABELS.map(() => '---').join(' | ')} |
+${rows.join('\n')}
+
+${summary}${coarser.length === 0 ? '' : ` Of the coarser settings, ${coarserMissed.join(', ')}.`}
+
+### On every trace
+
+${table}
+
+- **Its errors are mostly ${mostly}** (${totals.allows.toLocaleString('en-US')} false allows and ${totals.denies.toLocaleString('en-US')} capped false denies
+  over all traces at its default precision). The estimate is exact but for the one bucket the
+  window cuts, whose units it takes as spread evenly over its width. Where each window's
+  burst comes at the same phase as the last one's, that bucket holds the units about to
+  leave just when the window is full, and decides: ${errorsOn('start-bursts')} on
+  the start bursts, ${errorsOn('end-bursts')} on the end bursts.
+- **Coarser buckets cost accuracy.** Wrong decisions at a Poisson load of 100 %, finest
+  to coarsest: ${wrongOn('poisson-100')}; on the end bursts: ${wrongOn('end-bursts')}. A
+  coarser precision saves memory only where more than \`precision\` buckets would hold
+  units: with large limits, or with long windows.
+- **Under a constant flood** of one request every 7 ms it admitted ${floodLine}, over ten
+  windows at every precision${sameCounts ? ': the full limit in every window, as the exact log' : ''}.`;
 }

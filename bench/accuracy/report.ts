@@ -1,17 +1,25 @@
 /**
  * Formatting of the study's results: the markdown table and the per-trace plots.
  */
+import { widthOf } from '../../src/algorithms/precise-window';
 import type { AlgorithmName } from '../../src/algorithms/types';
-import type { AlgorithmStats, Points, TraceResult } from './simulate';
+import { type ContestantStats, type Points, statsOf, type TraceResult } from './simulate';
 import { renderChart, type Series } from './svg';
 
-/** Line colours per algorithm, shared by the plots and the prose. */
+/** Line colours per algorithm in the plots; red is the limit's. */
 const COLORS: Record<AlgorithmName, string> = {
   'sliding-window': '#1f77b4',
   'fixed-window': '#e67300',
   'sliding-log': '#2ca02c',
   'token-bucket': '#9467bd',
+  'precise-window': '#8c564b',
 };
+
+/**
+ * The contestants drawn in the plots, each at its default: the sliding log is left out, as it
+ * draws the same line as the exact reference.
+ */
+const PLOTTED = ['sliding-window', 'fixed-window', 'token-bucket', 'precise-window'] as const;
 
 /** A share as a percentage with four decimals; exact zero stays "0". */
 export function percent(part: number, whole: number): string {
@@ -21,7 +29,7 @@ export function percent(part: number, whole: number): string {
 }
 
 /** Worst overshoot as a multiple of the limit. */
-export function overshoot(stat: AlgorithmStats, limit: number): number {
+export function overshoot(stat: ContestantStats, limit: number): number {
   return stat.worstCount / limit;
 }
 
@@ -34,8 +42,8 @@ function markdown(header: readonly string[], rows: readonly (readonly string[])[
   return [line(header), rule, ...rows.map(line)].join('\n');
 }
 
-/** The measured columns shared by both tables, for one algorithm's stats. */
-function measured(stat: AlgorithmStats, limit: number): string[] {
+/** The measured columns shared by both tables, for one contestant's stats. */
+function measured(stat: ContestantStats, limit: number): string[] {
   return [
     stat.requests.toLocaleString('en-US'),
     percent(stat.falseAllows, stat.requests),
@@ -50,7 +58,7 @@ function measured(stat: AlgorithmStats, limit: number): string[] {
 const MEASURED = ['requests', 'false allows %', 'false denies %', 'wrong %', 'worst overshoot', 'false denies, capped %', 'allowed %'];
 
 /**
- * The results as a markdown table, one row per trace and algorithm; an extra
+ * The results as a markdown table, one row per trace and contestant; an extra
  * `exact (reference)` row gives the allowed share of the independent exact log.
  */
 export function markdownTable(results: readonly TraceResult[]): string {
@@ -59,7 +67,7 @@ export function markdownTable(results: readonly TraceResult[]): string {
     for (const stat of result.stats) {
       rows.push([
         result.trace.name,
-        stat.algorithm,
+        stat.contestant.label,
         ...measured(stat, result.trace.tier.limit),
         ((100 * stat.agreements) / stat.requests).toFixed(4),
       ]);
@@ -88,7 +96,7 @@ export function markdownTable(results: readonly TraceResult[]): string {
 export function bucketTable(results: readonly TraceResult[]): string {
   const rows: string[][] = [];
   for (const result of results) {
-    const stat = result.stats.find((s) => s.algorithm === 'token-bucket');
+    const stat = result.stats.find((s) => s.ownDefinition);
     if (stat === undefined) continue;
     rows.push([
       result.trace.name,
@@ -144,9 +152,150 @@ export function loadBandTable(result: TraceResult): string {
     if (stats === undefined) continue;
     const sources = result.trace.sources.filter((source) => loadBand(source.offeredLoad) === band.label).length;
     for (const stat of stats)
-      rows.push([band.label, stat.algorithm, sources.toLocaleString('en-US'), ...measured(stat, result.trace.tier.limit)]);
+      rows.push([band.label, stat.contestant.label, sources.toLocaleString('en-US'), ...measured(stat, result.trace.tier.limit)]);
   }
   return markdown(['offered load', 'algorithm', 'sources', ...MEASURED], rows, 2);
+}
+
+/**
+ * The rows of the `precise-window` contestants (labels, in order) on every trace: the width of
+ * their buckets there, and the figures its targets are judged by.
+ */
+export function preciseTable(results: readonly TraceResult[], labels: readonly string[]): string {
+  const rows: string[][] = [];
+  for (const result of results) {
+    const { limit, window } = result.trace.tier;
+    for (const label of labels) {
+      const stat = statsOf(result.stats, label);
+      rows.push([
+        result.trace.name,
+        label,
+        duration(widthOf(window, stat.contestant.precision)),
+        percent(stat.falseAllows, stat.requests),
+        percent(stat.falseDenies, stat.requests),
+        percent(stat.falseAllows + stat.falseDenies, stat.requests),
+        percent(stat.cappedFalseDenies, stat.requests),
+        percent(stat.falseAllows + stat.cappedFalseDenies, stat.requests),
+        `${stat.worstCount.toLocaleString('en-US')} / ${limit.toLocaleString('en-US')}`,
+      ]);
+    }
+  }
+  return markdown(
+    [
+      'trace',
+      'algorithm',
+      'bucket',
+      'false allows %',
+      'false denies %',
+      'wrong %',
+      'false denies, capped %',
+      'false allows + capped false denies %',
+      'most in one window / limit',
+    ],
+    rows,
+    3,
+  );
+}
+
+/** A bucket width: ms below a second, else seconds, minutes or hours, whichever reads shortest. */
+function duration(ms: number): string {
+  const units: [string, number][] = [
+    ['h', 3_600_000],
+    ['min', 60_000],
+    ['s', 1000],
+  ];
+  for (const [unit, size] of units) if (ms >= size && ms % (size / 10) === 0) return `${ms / size} ${unit}`;
+  return `${ms.toLocaleString('en-US')} ms`;
+}
+
+/** One of the accuracy targets set for `precise-window`, judged on a run. */
+export interface TargetCheck {
+  /** What the target demands, in words. */
+  readonly target: string;
+  /** The bound, in percent. */
+  readonly bound: number;
+  /** The measured value in percent, on the trace where it is highest (the first such trace on a tie). */
+  readonly measured: number;
+  /** That trace. */
+  readonly trace: string;
+  /** The measured figure on that trace, in words. */
+  readonly detail: string;
+  readonly met: boolean;
+  /** Whether the measured value is exactly the bound (which meets it). */
+  readonly atBound: boolean;
+}
+
+/** A part of a whole on one trace, in words too. */
+interface Share {
+  readonly part: number;
+  readonly whole: number;
+  readonly trace: string;
+  readonly detail: string;
+}
+
+/** The highest share of `shares`, judged against a bound of one part in `per` (so the test is exact in integers). */
+function judge(target: string, shares: readonly Share[], per: number): TargetCheck {
+  const worst = shares.reduce((a, b) => (b.part * a.whole > a.part * b.whole ? b : a));
+  return {
+    target,
+    bound: 100 / per,
+    measured: (100 * worst.part) / worst.whole,
+    trace: worst.trace,
+    detail: worst.detail,
+    met: worst.part * per <= worst.whole,
+    atBound: worst.part * per === worst.whole,
+  };
+}
+
+/**
+ * Judges the contestant labelled `label` against the targets set for `precise-window`: at a
+ * Poisson load of 100 %, at most 0.1 % of requests decided wrongly (per request, false denies
+ * not capped); on every trace at most 0.1 % false allows, and at most 1 % false allows plus
+ * capped false denies; and no window holding more than the limit plus 1 %.
+ *
+ * @param results - the study's results; must include the trace `poisson-100`.
+ */
+export function targetChecks(results: readonly TraceResult[], label: string): TargetCheck[] {
+  const shares = (of: readonly TraceResult[], pick: (stat: ContestantStats, limit: number) => Omit<Share, 'trace'>): Share[] =>
+    of.map((result) => ({ trace: result.trace.name, ...pick(statsOf(result.stats, label), result.trace.tier.limit) }));
+  const ofRequests = (part: number, requests: number, what: string): Omit<Share, 'trace'> => ({
+    part,
+    whole: requests,
+    detail: `${percent(part, requests)} % ${what}`,
+  });
+  const poisson = results.filter((result) => result.trace.name === 'poisson-100');
+  if (poisson.length === 0) throw new Error('accuracy study: the targets need the trace poisson-100');
+  return [
+    judge(
+      'at a Poisson load of 100 %, at most 0.1 % of requests wrong (per request, false denies not capped)',
+      shares(poisson, (stat) => ofRequests(stat.falseAllows + stat.falseDenies, stat.requests, 'wrong')),
+      1000,
+    ),
+    judge(
+      'on every trace, at most 0.1 % false allows',
+      shares(results, (stat) => ofRequests(stat.falseAllows, stat.requests, 'false allows')),
+      1000,
+    ),
+    judge(
+      'on every trace, at most 1 % false allows plus capped false denies',
+      shares(results, (stat) =>
+        ofRequests(stat.falseAllows + stat.cappedFalseDenies, stat.requests, 'false allows plus capped false denies'),
+      ),
+      100,
+    ),
+    judge(
+      'no window ever holds more than the limit plus 1 %',
+      shares(results, (stat, limit) => {
+        const over = Math.max(0, stat.worstCount - limit);
+        return {
+          part: over,
+          whole: limit,
+          detail: `${stat.worstCount.toLocaleString('en-US')} units in one window where ${limit.toLocaleString('en-US')} are allowed (${over === 0 ? 'none over' : `${((100 * over) / limit).toFixed(2)} % over`})`,
+        };
+      }),
+      100,
+    ),
+  ];
 }
 
 function scaled(points: Points, from: number, unitMs: number): Points {
@@ -171,8 +320,8 @@ export function tracePlot(result: TraceResult): string {
       points: scaled(series.reference, from, unit.ms),
     },
   ];
-  for (const name of ['sliding-window', 'fixed-window', 'token-bucket'] as const) {
-    const recorded = series.byAlgorithm.get(name);
+  for (const name of PLOTTED) {
+    const recorded = series.byContestant.get(name);
     if (recorded === undefined) continue;
     // The token bucket's own figure is not a count in a window but the units its bucket lacks (limit − tokens).
     const own = name === 'token-bucket' ? 'units missing from its bucket' : 'its estimate';

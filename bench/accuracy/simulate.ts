@@ -2,11 +2,11 @@
  * Replays traces against the algorithms' pure TypeScript `apply` functions on a
  * virtual clock; no Redis involved.
  *
- * Methodology. Every algorithm runs on its own state, so it decides from its own
- * history of allowed requests, exactly as it would in production. Each algorithm
- * also feeds a *shadow* exact sliding log ({@link ExactLog}) with the requests it
- * allowed. At each request we ask that shadow whether an exact sliding log with the
- * same allowed history would allow it:
+ * Methodology. Every contestant (an algorithm at one setting, see `contestants.ts`)
+ * runs on its own state, so it decides from its own history of allowed requests,
+ * exactly as it would in production. Each also feeds a *shadow* exact sliding log
+ * ({@link ExactLog}) with the requests it allowed. At each request we ask that shadow
+ * whether an exact sliding log with the same allowed history would allow it:
  *
  * - false allow: the algorithm allowed, the shadow would have denied;
  * - false deny: the algorithm denied, the shadow would have allowed.
@@ -34,8 +34,9 @@
  * token bucket allowed, and every decision that differs from what that exact bucket
  * would decide is counted (and the first such case kept, to be reported precisely).
  */
-import type { AlgorithmName, AlgorithmScripts, RawReply } from '../../src/algorithms/types';
+import type { RawReply } from '../../src/algorithms/types';
 import type { Tier } from '../../src/tiers';
+import type { Contestant } from './contestants';
 import { ExactBucket } from './exact-bucket';
 import { ExactLog } from './exact-log';
 import type { Source, Trace } from './traces';
@@ -43,9 +44,9 @@ import type { Source, Trace } from './traces';
 /** Every request in the traces costs one unit. */
 const COST = 1;
 
-/** Decision quality of one algorithm over one trace (summed over its sources). */
-export interface AlgorithmStats {
-  readonly algorithm: AlgorithmName;
+/** Decision quality of one contestant over one trace (summed over its sources). */
+export interface ContestantStats {
+  readonly contestant: Contestant;
   requests: number;
   allowed: number;
   /** Allowed, though an exact log with the same allowed history would deny. */
@@ -83,12 +84,12 @@ interface OwnMismatch {
 /** A polyline: [time ms, value] pairs in time order. */
 export type Points = [number, number][];
 
-/** What the plot of one source shows, per algorithm and for the independent exact log. */
+/** What the plot of one source shows, per contestant (by label) and for the independent exact log. */
 interface SourceSeries {
   readonly sourceId: string;
   /** True sliding count of the independent exact limiter's allowed requests. */
   readonly reference: Points;
-  readonly byAlgorithm: ReadonlyMap<AlgorithmName, { readonly estimate: Points; readonly truth: Points }>;
+  readonly byContestant: ReadonlyMap<string, { readonly estimate: Points; readonly truth: Points }>;
 }
 
 /** Everything measured on one trace. */
@@ -97,18 +98,19 @@ export interface TraceResult {
   readonly requests: number;
   /** Requests the independent exact sliding log allowed. */
   readonly referenceAllowed: number;
-  readonly stats: readonly AlgorithmStats[];
+  /** One per contestant, in the order they were given. */
+  readonly stats: readonly ContestantStats[];
   /** Stats per group of sources, when a grouping was asked for. */
-  readonly groups: ReadonlyMap<string, readonly AlgorithmStats[]>;
+  readonly groups: ReadonlyMap<string, readonly ContestantStats[]>;
   readonly series: SourceSeries;
   readonly elapsedMs: number;
 }
 
-/** One algorithm's per-identifier state, kept the way `MemoryStore` keeps it. */
+/** One contestant's per-identifier state, kept the way `MemoryStore` keeps it. */
 class Runner {
   private state: unknown = undefined;
   private expiresAt = -Infinity;
-  /** Exact log of the units this algorithm allowed. */
+  /** Exact log of the units this contestant allowed. */
   readonly shadow: ExactLog;
   /** The shadow plus the capped false denies: an exact log's view of what was (or should have been) admitted. */
   readonly claimed: ExactLog;
@@ -116,18 +118,18 @@ class Runner {
   readonly definition: ExactBucket | undefined;
 
   constructor(
-    readonly algorithm: AlgorithmScripts,
+    readonly contestant: Contestant,
     private readonly tiers: readonly Tier[],
   ) {
     this.shadow = new ExactLog(tiers[0].limit, tiers[0].window);
     this.claimed = new ExactLog(tiers[0].limit, tiers[0].window);
-    this.definition = algorithm.algorithm === 'token-bucket' ? new ExactBucket(tiers[0].limit, tiers[0].window) : undefined;
+    this.definition = hasOwnDefinition(contestant) ? new ExactBucket(tiers[0].limit, tiers[0].window) : undefined;
   }
 
   /** Runs one check; with `dryRun` nothing is counted. */
   check(now: number, cost: number, dryRun: boolean): RawReply {
     if (this.state !== undefined && this.expiresAt <= now) this.state = undefined;
-    const result = this.algorithm.check.apply(this.state, {
+    const result = this.contestant.scripts.check.apply(this.state, {
       now,
       cost,
       dryRun,
@@ -135,6 +137,7 @@ class Runner {
       countedAt: 0,
       actualCost: 0,
       tiers: this.tiers,
+      precision: this.contestant.precision,
     });
     if (result.state !== this.state) {
       this.state = result.state;
@@ -143,7 +146,7 @@ class Runner {
     return result.reply;
   }
 
-  /** The algorithm's own estimate of the units in the window at `now` (first tier). */
+  /** The contestant's own estimate of the units in the window at `now` (first tier). */
   estimate(now: number): number {
     const reply = this.check(now, 0, true);
     return reply[3] / reply[4];
@@ -169,19 +172,19 @@ function sampleTimes(trace: Trace): number[] {
 }
 
 /**
- * Replays one source through every algorithm, adding to `stats` (same order as
- * `algorithms`). When `plot` is given, also records the series of the plot.
+ * Replays one source through every contestant, adding to `stats` (same order as
+ * `contestants`). When `plot` is given, also records the series of the plot.
  */
 function simulateSource(
   sourceId: string,
   times: Float64Array,
   tier: Tier,
-  algorithms: readonly AlgorithmScripts[],
-  stats: AlgorithmStats[],
+  contestants: readonly Contestant[],
+  stats: ContestantStats[],
   plot?: { readonly from: number; readonly to: number; readonly samples: number[]; readonly series: SourceSeries },
 ): number {
   const tiers = [tier];
-  const runners = algorithms.map((algorithm) => new Runner(algorithm, tiers));
+  const runners = contestants.map((contestant) => new Runner(contestant, tiers));
   const reference = new ExactLog(tier.limit, tier.window);
   let referenceAllowed = 0;
 
@@ -191,7 +194,7 @@ function simulateSource(
     if (plot === undefined) return;
     plot.series.reference.push([now, reference.count(now)]);
     for (const runner of runners) {
-      const series = plot.series.byAlgorithm.get(runner.algorithm.algorithm)!;
+      const series = plot.series.byContestant.get(runner.contestant.label)!;
       series.estimate.push([now, runner.estimate(now)]);
       series.truth.push([now, runner.shadow.count(now)]);
     }
@@ -251,9 +254,14 @@ function countBetween(times: Float64Array, from: number, to: number): number {
   return count;
 }
 
-function emptyStats(algorithms: readonly AlgorithmScripts[]): AlgorithmStats[] {
-  return algorithms.map((algorithm) => ({
-    algorithm: algorithm.algorithm,
+/** The token bucket is also judged against an exact bucket, its own definition. */
+function hasOwnDefinition(contestant: Contestant): boolean {
+  return contestant.scripts.algorithm === 'token-bucket';
+}
+
+function emptyStats(contestants: readonly Contestant[]): ContestantStats[] {
+  return contestants.map((contestant) => ({
+    contestant,
     requests: 0,
     allowed: 0,
     falseAllows: 0,
@@ -261,13 +269,13 @@ function emptyStats(algorithms: readonly AlgorithmScripts[]): AlgorithmStats[] {
     cappedFalseDenies: 0,
     agreements: 0,
     worstCount: 0,
-    ownDefinition: algorithm.algorithm === 'token-bucket',
+    ownDefinition: hasOwnDefinition(contestant),
     ownFalseAllows: 0,
     ownFalseDenies: 0,
   }));
 }
 
-function addStats(into: AlgorithmStats[], from: readonly AlgorithmStats[]): void {
+function addStats(into: ContestantStats[], from: readonly ContestantStats[]): void {
   into.forEach((stat, i) => {
     stat.requests += from[i].requests;
     stat.allowed += from[i].allowed;
@@ -283,37 +291,39 @@ function addStats(into: AlgorithmStats[], from: readonly AlgorithmStats[]): void
 }
 
 /**
- * Replays every source of `trace` through each algorithm and measures its decisions
+ * Replays every source of `trace` through each contestant and measures its decisions
  * (see the module comment for the methodology), recording the plot series of the
  * trace's representative source.
  *
  * @param trace - the workload; its single tier is the limit under test.
- * @param algorithms - the algorithms to evaluate, each on its own state.
+ * @param contestants - what to evaluate, each on its own state; their labels must differ.
  * @param groupOf - optional: names the group of each source, to report stats per group too.
  */
-export function simulateTrace(trace: Trace, algorithms: readonly AlgorithmScripts[], groupOf?: (source: Source) => string): TraceResult {
+export function simulateTrace(trace: Trace, contestants: readonly Contestant[], groupOf?: (source: Source) => string): TraceResult {
   const started = performance.now();
-  const stats = emptyStats(algorithms);
-  const groups = new Map<string, AlgorithmStats[]>();
+  if (new Set(contestants.map(({ label }) => label)).size !== contestants.length)
+    throw new Error('accuracy study: two contestants share a label');
+  const stats = emptyStats(contestants);
+  const groups = new Map<string, ContestantStats[]>();
   const series: SourceSeries = {
     sourceId: trace.sources[trace.plot.source].id,
     reference: [],
-    byAlgorithm: new Map(algorithms.map((algorithm) => [algorithm.algorithm, { estimate: [], truth: [] }])),
+    byContestant: new Map(contestants.map(({ label }) => [label, { estimate: [], truth: [] }])),
   };
   let requests = 0;
   let referenceAllowed = 0;
   trace.sources.forEach((source, index) => {
     const plot =
       index === trace.plot.source ? { from: trace.plot.from, to: trace.plot.to, samples: sampleTimes(trace), series } : undefined;
-    const sourceStats = emptyStats(algorithms);
-    referenceAllowed += simulateSource(source.id, source.times, trace.tier, algorithms, sourceStats, plot);
+    const sourceStats = emptyStats(contestants);
+    referenceAllowed += simulateSource(source.id, source.times, trace.tier, contestants, sourceStats, plot);
     requests += source.times.length;
     addStats(stats, sourceStats);
     if (groupOf !== undefined) {
       const group = groupOf(source);
       let groupStats = groups.get(group);
       if (groupStats === undefined) {
-        groupStats = emptyStats(algorithms);
+        groupStats = emptyStats(contestants);
         groups.set(group, groupStats);
       }
       addStats(groupStats, sourceStats);
@@ -323,17 +333,28 @@ export function simulateTrace(trace: Trace, algorithms: readonly AlgorithmScript
 }
 
 /**
- * Units an algorithm admits in each window under a constant flood of one request
+ * The stats of the contestant labelled `label` in `stats`.
+ *
+ * @throws when there are none: the study did not run that contestant.
+ */
+export function statsOf(stats: readonly ContestantStats[], label: string): ContestantStats {
+  const found = stats.find((stat) => stat.contestant.label === label);
+  if (found === undefined) throw new Error(`accuracy study: no contestant labelled ${label}`);
+  return found;
+}
+
+/**
+ * Units a contestant admits in each window under a constant flood of one request
  * every `gapMs`, starting at a window boundary: its throughput at saturation.
  *
- * @param algorithm - the algorithm, on a fresh state.
+ * @param contestant - the contestant, on a fresh state.
  * @param tier - the limit.
  * @param start - the first request's time; should be a window boundary.
  * @param windows - how many windows to flood.
  * @param gapMs - milliseconds between requests.
  */
-export function floodAdmissions(algorithm: AlgorithmScripts, tier: Tier, start: number, windows: number, gapMs: number): number[] {
-  const runner = new Runner(algorithm, [tier]);
+export function floodAdmissions(contestant: Contestant, tier: Tier, start: number, windows: number, gapMs: number): number[] {
+  const runner = new Runner(contestant, [tier]);
   const perWindow = new Array<number>(windows).fill(0);
   for (let now = start; now < start + windows * tier.window; now += gapMs) {
     if (runner.check(now, COST, false)[0] === 1) perWindow[Math.floor((now - start) / tier.window)]++;
@@ -342,13 +363,13 @@ export function floodAdmissions(algorithm: AlgorithmScripts, tier: Tier, start: 
 }
 
 /**
- * The decisions of `algorithm` on one identifier's requests (whole ms, ascending), its
+ * The decisions of `contestant` on one identifier's requests (whole ms, ascending), its
  * state kept and dropped at its expiry the way `MemoryStore` does.
  *
  * @param costs - the cost of each request; 1 each when absent.
  * @returns per request, whether it was allowed.
  */
-export function decisions(algorithm: AlgorithmScripts, tier: Tier, times: readonly number[], costs?: readonly number[]): boolean[] {
-  const runner = new Runner(algorithm, [tier]);
+export function decisions(contestant: Contestant, tier: Tier, times: readonly number[], costs?: readonly number[]): boolean[] {
+  const runner = new Runner(contestant, [tier]);
   return times.map((now, i) => runner.check(now, costs?.[i] ?? COST, false)[0] === 1);
 }

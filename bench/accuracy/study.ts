@@ -1,32 +1,17 @@
 /**
- * `npm run accuracy`: replays every study trace through the algorithms, prints the
- * results table and writes `docs/accuracy.md` and one `docs/accuracy-<trace>.svg`
- * per trace.
+ * `npm run accuracy`: replays every study trace through the contestants (see
+ * `contestants.ts`), prints the results tables and writes `docs/accuracy.md` and one
+ * `docs/accuracy-<trace>.svg` per trace.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fixedWindow } from '../../src/algorithms/fixed-window';
-import { slidingLog } from '../../src/algorithms/sliding-log';
-import { slidingWindow } from '../../src/algorithms/sliding-window';
-import { tokenBucket } from '../../src/algorithms/token-bucket';
-import type { AlgorithmScripts } from '../../src/algorithms/types';
+import { PRECISE_LABELS, STUDY_CONTESTANTS } from './contestants';
 import { accuracyDocument, type FloodResult } from './document';
-import { bucketTable, loadBand, loadBandTable, markdownTable, tracePlot } from './report';
+import { bucketTable, loadBand, loadBandTable, markdownTable, preciseTable, targetChecks, tracePlot } from './report';
 import { floodAdmissions, simulateTrace, type TraceResult } from './simulate';
 import { EPOCH, STUDY_TRACES } from './traces';
 
 const DOCS = join(__dirname, '..', '..', 'docs');
-
-/**
- * The algorithms under test; the library's sliding log is checked against the independent exact log too,
- * and the token bucket against an exact bucket as well.
- */
-const ALGORITHMS: readonly AlgorithmScripts[] = [
-  slidingWindow as AlgorithmScripts,
-  fixedWindow as AlgorithmScripts,
-  slidingLog as AlgorithmScripts,
-  tokenBucket as AlgorithmScripts,
-];
 
 function main(): void {
   const started = performance.now();
@@ -34,7 +19,11 @@ function main(): void {
   const results: TraceResult[] = [];
   for (const makeTrace of STUDY_TRACES) {
     const trace = makeTrace();
-    const result = simulateTrace(trace, ALGORITHMS, trace.breakdownByLoad === true ? (source) => loadBand(source.offeredLoad) : undefined);
+    const result = simulateTrace(
+      trace,
+      STUDY_CONTESTANTS,
+      trace.breakdownByLoad === true ? (source) => loadBand(source.offeredLoad) : undefined,
+    );
     results.push(result);
     const file = `accuracy-${trace.name}.svg`;
     writeFileSync(join(DOCS, file), tracePlot(result));
@@ -42,7 +31,7 @@ function main(): void {
       if (stat.firstOwnMismatch === undefined) continue;
       const m = stat.firstOwnMismatch;
       console.error(
-        `${trace.name}: ${stat.algorithm} differs from its exact definition on ${stat.ownFalseAllows + stat.ownFalseDenies} requests; first: source ${m.source}, request #${m.index} at ${new Date(m.time).toISOString()} (${m.time}), ${m.allowed ? 'allowed' : 'denied'} with ${m.exactTokens} tokens in the exact bucket`,
+        `${trace.name}: ${stat.contestant.label} differs from its exact definition on ${stat.ownFalseAllows + stat.ownFalseDenies} requests; first: source ${m.source}, request #${m.index} at ${new Date(m.time).toISOString()} (${m.time}), ${m.allowed ? 'allowed' : 'denied'} with ${m.exactTokens} tokens in the exact bucket`,
       );
     }
     console.error(
@@ -53,12 +42,19 @@ function main(): void {
   const table = markdownTable(results);
   console.log(table);
   console.log(`\ntoken bucket:\n${bucketTable(results)}`);
+  const precise = preciseTable(results, PRECISE_LABELS);
+  console.log(`\nprecise window:\n${precise}`);
+  for (const label of PRECISE_LABELS) {
+    for (const check of targetChecks(results, label)) {
+      console.log(`${label}: ${check.met ? 'met' : 'MISSED'}: ${check.target}; worst ${check.detail} on ${check.trace}`);
+    }
+  }
   const breakdowns = results.filter((result) => result.groups.size > 0).map((result) => ({ result, table: loadBandTable(result) }));
   for (const { result, table: bands } of breakdowns) console.log(`\n${result.trace.name}, by offered load:\n${bands}`);
   const floods: FloodResult[] = [10, 100].map((limit) => ({
     limit,
     perWindow: new Map(
-      ALGORITHMS.map((algorithm) => [algorithm.algorithm, floodAdmissions(algorithm, { limit, window: 60_000 }, EPOCH, 10, 7)]),
+      STUDY_CONTESTANTS.map((contestant) => [contestant.label, floodAdmissions(contestant, { limit, window: 60_000 }, EPOCH, 10, 7)]),
     ),
   }));
   for (const flood of floods) {
@@ -66,7 +62,10 @@ function main(): void {
       `\nconstant flood, limit ${flood.limit}: admitted per window ${[...flood.perWindow].map(([name, counts]) => `${name} ${counts.join(',')}`).join('; ')}`,
     );
   }
-  writeFileSync(join(DOCS, 'accuracy.md'), accuracyDocument({ results, table, bucket: bucketTable(results), breakdowns, floods, seconds }));
+  writeFileSync(
+    join(DOCS, 'accuracy.md'),
+    accuracyDocument({ results, table, bucket: bucketTable(results), precise, breakdowns, floods, seconds }),
+  );
   console.error(`wrote docs/accuracy.md (${seconds.toFixed(1)} s)`);
 }
 

@@ -46,22 +46,21 @@ return settleReply(givenBack, charged)
   );
 }
 
-/** The twins of an algorithm's parts of {@link counterSettleLua}, on its flattened counters. */
-export interface CounterSettleTwins {
-  /** Takes up to `units` back from `next` (a copy of the state, changed in place); answers how many. */
-  giveBack(next: number[], units: number, args: ScriptArgs): number;
-  /** The state after `charged` more units at `args.now`, and the epoch ms it lives at least until. */
-  charge(state: readonly number[] | undefined, charged: number, args: ScriptArgs): { next: number[]; livesUntil: number };
+/** The twins of an algorithm's parts of {@link counterSettleLua}, on its stored body. */
+export interface CounterSettleTwins<Body> {
+  /** Takes up to `units` back from `state` (not changed): how many, and the body after. */
+  giveBack(state: Body, units: number, args: ScriptArgs): { givenBack: number; next: Body };
+  /** The body after `charged` more units at `args.now`, and the epoch ms it lives at least until. */
+  charge(state: Body | undefined, charged: number, args: ScriptArgs): { next: Body; livesUntil: number };
 }
 
 /** The twin of {@link counterSettleLua}: an algorithm's settle body (blocks aside), from its `twins`. */
-export function counterSettle(twins: CounterSettleTwins): (state: number[] | undefined, args: ScriptArgs) => MemoryResult<number[]> {
+export function counterSettle<Body>(twins: CounterSettleTwins<Body>): (state: Body | undefined, args: ScriptArgs) => MemoryResult<Body> {
   return (state, args) => {
     const { cost, actualCost, dryRun } = args;
     if (actualCost < cost) {
       if (state === undefined) return { reply: settleReply(0, 0), state, expiresAt: undefined };
-      const next = [...state];
-      const givenBack = twins.giveBack(next, cost - actualCost, args);
+      const { givenBack, next } = twins.giveBack(state, cost - actualCost, args);
       return { reply: settleReply(givenBack, 0), state: givenBack > 0 && !dryRun ? next : state, expiresAt: undefined };
     }
     const charged = actualCost - cost;

@@ -132,8 +132,9 @@ end
 `,
 );
 
-const settle = counterSettle({
-  giveBack(next, units, { countedAt, tiers }) {
+const settle = counterSettle<number[]>({
+  giveBack(state, units, { countedAt, tiers }) {
+    const next = [...state];
     let givenBack = 0;
     for (let i = 0; i < tiers.length && 2 * i < next.length; i++) {
       if (next[2 * i] !== Math.floor(countedAt / tiers[i].window)) continue;
@@ -141,7 +142,7 @@ const settle = counterSettle({
       next[2 * i + 1] -= back;
       givenBack += back;
     }
-    return givenBack;
+    return { givenBack, next };
   },
   charge(state, charged, { now, tiers }) {
     const next = new Array<number>(2 * tiers.length);

@@ -1,4 +1,5 @@
 import { fixedWindow } from './fixed-window';
+import { preciseWindow } from './precise-window';
 import { slidingLog } from './sliding-log';
 import { slidingWindow } from './sliding-window';
 import { tokenBucket } from './token-bucket';
@@ -10,6 +11,7 @@ export const ALGORITHMS: Readonly<Record<AlgorithmName, AlgorithmScripts>> = {
   'fixed-window': fixedWindow as AlgorithmScripts,
   'sliding-log': slidingLog as AlgorithmScripts,
   'token-bucket': tokenBucket as AlgorithmScripts,
+  'precise-window': preciseWindow as AlgorithmScripts,
 };
 
 export const ALGORITHM_NAMES = Object.keys(ALGORITHMS) as AlgorithmName[];

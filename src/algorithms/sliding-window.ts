@@ -205,8 +205,9 @@ end
 `,
 );
 
-const settle = counterSettle({
-  giveBack(next, units, { countedAt, tiers }) {
+const settle = counterSettle<number[]>({
+  giveBack(state, units, { countedAt, tiers }) {
+    const next = [...state];
     let givenBack = 0;
     for (let i = 0; i < tiers.length && 3 * i < next.length; i++) {
       const index = Math.floor(countedAt / tiers[i].window);
@@ -216,7 +217,7 @@ const settle = counterSettle({
       next[slot] -= back;
       givenBack += back;
     }
-    return givenBack;
+    return { givenBack, next };
   },
   charge(state, charged, { now, tiers }) {
     const next = new Array<number>(3 * tiers.length);

@@ -225,8 +225,9 @@ end
 `,
 );
 
-const settle = counterSettle({
-  giveBack(next, units, { now, countedAt, tiers }) {
+const settle = counterSettle<number[]>({
+  giveBack(state, units, { now, countedAt, tiers }) {
+    const next = [...state];
     let givenBack = 0;
     for (let i = 0; i < tiers.length && 2 * i < next.length; i++) {
       const { limit, window } = tiers[i];
@@ -244,7 +245,7 @@ const settle = counterSettle({
       next[2 * i + 1] = r;
       givenBack += units;
     }
-    return givenBack;
+    return { givenBack, next };
   },
   charge(state, charged, { now, tiers }) {
     const next = new Array<number>(2 * tiers.length);

@@ -1,7 +1,7 @@
 import type { ScriptCall } from '../protocol';
 
 /** The name of a rate-limiting algorithm, as given in the `algorithm` option. */
-export type AlgorithmName = 'sliding-window' | 'fixed-window' | 'sliding-log' | 'token-bucket';
+export type AlgorithmName = 'sliding-window' | 'fixed-window' | 'sliding-log' | 'token-bucket' | 'precise-window';
 
 /** A script's reply: numbers whose layout `protocol.ts` defines (`REPLY`, `TIER_REPLY`, `REFUND_REPLY`). */
 export type RawReply = readonly number[];

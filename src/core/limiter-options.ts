@@ -1,5 +1,6 @@
 /** Validation and resolution of {@link LimiterOptions}: each default once, each option checked once. */
 import { ALGORITHM_NAMES } from '../algorithms';
+import { DEFAULT_PRECISION } from '../algorithms/precise-window';
 import type { AlgorithmName } from '../algorithms/types';
 import { OptionError, Warnings } from '../errors';
 import { type MetricsMeter, resolveMetrics } from '../metrics';
@@ -34,6 +35,7 @@ export const LIMITER_OPTION_KEYS: KnownKeys<LimiterOptions> = {
   window: true,
   limits: true,
   algorithm: true,
+  precision: true,
   prefix: true,
   clock: true,
   timeoutMs: true,
@@ -53,6 +55,8 @@ export interface ResolvedLimiterOptions {
   readonly store: Store;
   readonly tiers: readonly Tier[];
   readonly algorithm: AlgorithmName;
+  /** Buckets per window of `'precise-window'`. */
+  readonly precision: number;
   readonly prefix: string;
   readonly clock: (() => number) | undefined;
   readonly timeoutMs: number;
@@ -106,10 +110,18 @@ export function resolveLimiterOptions(options: LimiterOptions): ResolvedLimiterO
       'store: concurrency needs a store that keeps leases (checkLease and changeLease), as RedisStore and MemoryStore do',
     );
   }
+  const algorithm = oneOf(options.algorithm === undefined ? DEFAULT_ALGORITHM : options.algorithm, ALGORITHM_NAMES, 'algorithm');
+  if (options.precision !== undefined && algorithm !== 'precise-window') {
+    throw new OptionError(
+      'SWL_CONFLICTING_OPTIONS',
+      `precision: takes effect with algorithm 'precise-window' only, got algorithm '${algorithm}': drop precision, or set the algorithm`,
+    );
+  }
   return {
     store,
     tiers,
-    algorithm: oneOf(options.algorithm === undefined ? DEFAULT_ALGORITHM : options.algorithm, ALGORITHM_NAMES, 'algorithm'),
+    algorithm,
+    precision: options.precision === undefined ? DEFAULT_PRECISION : positiveInteger(options.precision, 'precision'),
     prefix: resolvePrefix(options.prefix === undefined ? DEFAULT_PREFIX : options.prefix),
     clock: optionalFunction(options.clock, 'clock'),
     timeoutMs: options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : positiveInteger(options.timeoutMs, 'timeoutMs'),

@@ -2,7 +2,7 @@ import { ALGORITHMS } from '../algorithms';
 import { RELEASE } from '../algorithms/lease';
 import type { AlgorithmName, AlgorithmScripts, LeaseScript, RawReply } from '../algorithms/types';
 import type { Done } from '../async';
-import type { Warnings } from '../errors';
+import { RateLimitTimeoutError, type Warnings } from '../errors';
 import { LimiterMetrics } from '../metrics';
 import { LEASE_CHANGE_REPLY, type LeaseCall, type ScriptCall } from '../protocol';
 import type { CallbackStore, Store } from '../stores/types';
@@ -67,6 +67,7 @@ type RunCheck = CallbackStore['checkWithCallback'];
 class RateLimiter implements LimiterCore {
   readonly store: Store;
   readonly algorithm: AlgorithmName;
+  readonly precision: number;
   readonly tiers: readonly Tier[];
   readonly prefix: string;
   readonly timeoutMs: number;
@@ -99,6 +100,7 @@ class RateLimiter implements LimiterCore {
   constructor(options: ResolvedLimiterOptions) {
     this.store = options.store;
     this.algorithm = options.algorithm;
+    this.precision = options.precision;
     this.tiers = options.tiers;
     this.prefix = options.prefix;
     this.timeoutMs = options.timeoutMs;
@@ -183,6 +185,7 @@ class RateLimiter implements LimiterCore {
       countedAt: changes?.countedAt ?? 0,
       actualCost: changes?.actualCost ?? 0,
       tiers,
+      precision: this.precision,
       lease: changes?.lease,
     };
   }
@@ -295,9 +298,11 @@ class RateLimiter implements LimiterCore {
         return;
       }
       // A failure that came at once (the connection is down) does not open the breaker: it spares
-      // nobody a wait, and would only delay limiting once the store is back. It fails a probe.
+      // nobody a wait, and would only delay limiting once the store is back. It fails a probe. A
+      // timeout the store reports itself (a client's own request timeout, as GLIDE's) is a timeout.
       if (raw === undefined) {
-        breaker?.failedAtOnce(error);
+        if (error instanceof RateLimitTimeoutError) breaker?.failed(error);
+        else breaker?.failedAtOnce(error);
         check.answered(error);
         return;
       }

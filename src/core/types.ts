@@ -29,11 +29,23 @@ export interface LimiterOptions {
    */
   limits?: readonly TierOptions[] | undefined;
   /**
-   * `'sliding-window'` (default): the sliding window counter, two counters per tier, close to exact.
+   * `'sliding-window'` (default): the sliding window counter, two counters per tier; close to exact
+   * below the limit, wrong on about one request in seven at a limit kept fully used.
+   * `'precise-window'`: a sliding window over units kept per bucket (see `precision`): near exact
+   * at a counter's cost in memory and Redis time; for billing, small limits, and any limit whose
+   * decisions near the limit matter.
    * `'fixed-window'`: one counter per window, cheapest, but lets up to twice the limit through around
-   * a window boundary. `'sliding-log'`: exact, one entry per counted unit; for billing or very small limits.
+   * a window boundary. `'sliding-log'`: exact, one entry per counted unit, memory growing with the limit.
+   * `'token-bucket'`: a bucket of `limit` tokens refilled over `window`, for smooth rates with bursts.
    */
   algorithm?: AlgorithmName | undefined;
+  /**
+   * For `algorithm: 'precise-window'` only: buckets per window, a positive integer. Each bucket is
+   * `window / precision` ms wide (at least 1 ms), so a `precision` at least the window in ms is an
+   * exact sliding log. A tier keeps at most `precision + 1` buckets. Default `6000` (10 ms buckets
+   * for a one-minute window).
+   */
+  precision?: number | undefined;
   /** Prefix of every key this limiter writes: `${prefix}:${identifier}`. Default `'rl'`. Give each limiter its own. */
   prefix?: string | undefined;
   /**
@@ -287,6 +299,8 @@ export interface Limiter {
   keyFor(identifier: string): string;
   readonly store: Store;
   readonly algorithm: AlgorithmName;
+  /** Buckets per window of `'precise-window'` (the `precision` option, or its default); the other algorithms ignore it. */
+  readonly precision: number;
   readonly tiers: readonly Tier[];
   readonly prefix: string;
   readonly timeoutMs: number;

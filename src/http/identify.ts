@@ -44,43 +44,57 @@ export interface ByIpOptions {
   /**
    * Warn, once per process each, about a proxy setting that defeats the limit:
    *
-   * - `SWL_UNTRUSTED_FORWARDED`: a request carries `X-Forwarded-For` or `Forwarded` while the
-   *   framework's `ip` is the socket's own peer: behind a proxy without Express's `trust proxy`
-   *   or Fastify's `trustProxy`, every client would share the proxy's quota.
-   * - `SWL_TRUST_ALL_PROXIES`: Express's `trust proxy` is `true`, or a request's `ip` is the
-   *   leftmost of several `X-Forwarded-For` entries (Fastify's `trustProxy: true`): every hop is
-   *   trusted, so any client can choose its IP, and its quota, per request.
+   * - `SWL_UNTRUSTED_FORWARDED`: a request carries `X-Forwarded-For` or `Forwarded` (or Koa's
+   *   `proxyIpHeader`) while the framework's `ip` is the socket's own peer: behind a proxy without
+   *   Express's `trust proxy`, Fastify's `trustProxy` or Koa's `proxy`, every client would share
+   *   the proxy's quota.
+   * - `SWL_TRUST_ALL_PROXIES`: Express's `trust proxy` is `true`, Koa's `proxy` is on without
+   *   `maxIpsCount`, or a request's `ip` is the leftmost of several `X-Forwarded-For` entries
+   *   (Fastify's `trustProxy: true`): every hop is trusted, so any client can choose its IP, and
+   *   its quota, per request.
    *
    * The header never decides the identifier. Default `true`.
    */
   warnOnForwarded?: boolean | undefined;
 }
 
-function warnIfForwardedUntrusted(request: RequestLike, ip: string, warnings: Warnings): void {
+/**
+ * The app a request belongs to, as far as its proxy settings go: Express's `app.get('trust proxy')`,
+ * or Koa's `app.proxy`, `app.proxyIpHeader` and `app.maxIpsCount` (a Koa `ctx.app`).
+ */
+interface AppLike {
+  get?(name: string): unknown;
+  proxy?: unknown;
+  proxyIpHeader?: unknown;
+  maxIpsCount?: unknown;
+}
+
+type RequestOfApp = RequestLike & { app?: AppLike };
+
+function warnIfForwardedUntrusted(request: RequestOfApp, ip: string, warnings: Warnings): void {
   const { headers } = request;
-  if (headers === undefined || (headers['x-forwarded-for'] === undefined && headers.forwarded === undefined)) return;
+  if (headers === undefined) return;
+  // Koa reads the client's address from a header of its own choosing (`proxyIpHeader`).
+  const koaHeader = request.app?.proxyIpHeader;
+  const custom = typeof koaHeader === 'string' ? headers[koaHeader.toLowerCase()] : undefined;
+  if (headers['x-forwarded-for'] === undefined && headers.forwarded === undefined && custom === undefined) return;
   if (ip !== request.socket?.remoteAddress) return;
   warnings.once(
     'SWL_UNTRUSTED_FORWARDED',
     () =>
-      `A request came with X-Forwarded-For or Forwarded, but its ip is the connection's own peer (${ip}): behind a proxy or load balancer, every client then shares the proxy's rate limit. Set Express's 'trust proxy' or Fastify's 'trustProxy' to the proxies you run (or pass byIp({ warnOnForwarded: false }) if clients reach the app directly).`,
+      `A request came with X-Forwarded-For or Forwarded, but its ip is the connection's own peer (${ip}): behind a proxy or load balancer, every client then shares the proxy's rate limit. Set Express's 'trust proxy', Fastify's 'trustProxy' or Koa's 'proxy' (with 'maxIpsCount') to the proxies you run (or pass byIp({ warnOnForwarded: false }) if clients reach the app directly).`,
   );
 }
 
 const TRUST_ALL_FIX =
-  "Set Express's 'trust proxy' or Fastify's 'trustProxy' to the number of proxies in front of the app (such as 1) or to their addresses.";
+  "Set Express's 'trust proxy' or Fastify's 'trustProxy' to the number of proxies in front of the app (such as 1) or to their addresses, or Koa's 'maxIpsCount' to that number.";
 
 /**
- * Warns when the framework trusts every hop: Express's `trust proxy` setting is `true` (read
- * once per app), or, whatever the framework, `ip` is the leftmost of several `X-Forwarded-For`
- * entries, which only a setting that trusts every hop yields.
+ * Warns when the framework trusts every hop: Express's `trust proxy` setting is `true`, or Koa's
+ * `proxy` is on with no `maxIpsCount` (read once per app), or, whatever the framework, `ip` is
+ * the leftmost of several `X-Forwarded-For` entries, which only a setting that trusts every hop yields.
  */
-function warnIfTrustingAll(
-  request: RequestLike & { app?: { get?(name: string): unknown } },
-  ip: string,
-  checked: { app?: object },
-  warnings: Warnings,
-): void {
+function warnIfTrustingAll(request: RequestOfApp, ip: string, checked: { app?: object }, warnings: Warnings): void {
   const { app } = request;
   if (app !== undefined && app !== checked.app) {
     checked.app = app;
@@ -92,7 +106,17 @@ function warnIfTrustingAll(
       );
       return;
     }
+    if (app.proxy === true && !(typeof app.maxIpsCount === 'number' && app.maxIpsCount > 0)) {
+      warnings.once(
+        'SWL_TRUST_ALL_PROXIES',
+        () =>
+          `Koa's 'proxy' is on with no 'maxIpsCount': ctx.ip is the leftmost address of ${typeof app.proxyIpHeader === 'string' ? app.proxyIpHeader : 'X-Forwarded-For'}, so any client can choose its IP and get a fresh rate limit per request. Set 'maxIpsCount' to the number of proxies in front of the app (such as 1).`,
+      );
+      return;
+    }
   }
+  // Koa's setting says all there is to know: with maxIpsCount, a leftmost address is one the proxies vouch for.
+  if (typeof app?.maxIpsCount === 'number') return;
   const forwarded = request.headers['x-forwarded-for'];
   if (typeof forwarded !== 'string' || !forwarded.includes(',')) return;
   const entries = forwarded.split(',');
@@ -101,14 +125,14 @@ function warnIfTrustingAll(
   warnings.once(
     'SWL_TRUST_ALL_PROXIES',
     () =>
-      `A request's ip (${ip}) is the leftmost X-Forwarded-For entry: the app trusts every hop (Express 'trust proxy' or Fastify 'trustProxy' true), so any client can choose its IP and get a fresh rate limit per request. ${TRUST_ALL_FIX}`,
+      `A request's ip (${ip}) is the leftmost X-Forwarded-For entry: the app trusts every hop (Express 'trust proxy' or Fastify 'trustProxy' true, or Koa's 'proxy' without 'maxIpsCount'), so any client can choose its IP and get a fresh rate limit per request. ${TRUST_ALL_FIX}`,
   );
 }
 
 /**
- * Identifies a request by client IP: the framework's `request.ip`, which honours the
- * app's `trust proxy` (Express) or `trustProxy` (Fastify) setting and is never read from
- * headers by this package. IPv4 addresses are used as they are, and an IPv4-mapped IPv6
+ * Identifies a request by client IP: the framework's `request.ip` (Koa's `ctx.ip`), which honours
+ * the app's `trust proxy` (Express), `trustProxy` (Fastify) or `proxy`, `proxyIpHeader` and
+ * `maxIpsCount` (Koa) settings and is never read from headers by this package. IPv4 addresses are used as they are, and an IPv4-mapped IPv6
  * address (`::ffff:203.0.113.7`, what a dual-stack socket reports for an IPv4 client) as its
  * IPv4 address; other IPv6 addresses are masked to `ipv6Subnet`. Identifiers look like `ip:203.0.113.7` or `ip:2001:db8:0:1200::/56`.
  */

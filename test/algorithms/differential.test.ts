@@ -10,10 +10,13 @@
  * algorithm promises) and PERSIST, leaving expiry to the logic, which ignores stale
  * state by window index / score anyway.
  *
- * The RedisStore runs on ioredis and on node-redis; the raw Lua comparison uses ioredis.
+ * The RedisStore runs on ioredis, node-redis, iovalkey and Valkey GLIDE; the raw Lua comparison
+ * uses ioredis.
  */
 import { isDeepStrictEqual } from 'node:util';
+import type { GlideClient } from '@valkey/valkey-glide';
 import type { Redis } from 'ioredis';
+import { Redis as IoValkey } from 'iovalkey';
 import { createClient, type RedisClientType } from 'redis';
 import { createLimiter, type Decision, MemoryStore, RedisStore, type RedisStoreClient } from '../../src';
 import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../src/algorithms';
@@ -22,18 +25,24 @@ import type { AlgorithmName, MemoryResult } from '../../src/algorithms/types';
 import { BATCH_SLOT, batchArgv, batchReply, scriptArgv } from '../../src/protocol';
 import type { Tier } from '../../src/tiers';
 import { mulberry32 as seeded } from '../../support/random';
-import { redisClient, redisUrl, uniquePrefix } from '../helpers/redis';
+import { addressOf, GLIDE_REQUEST_TIMEOUT_MS, glide, redisClient, redisUrl, uniquePrefix } from '../helpers/redis';
 
 let client: Redis;
 let nodeRedis: RedisClientType;
+let iovalkey: IoValkey;
+let glideClient: GlideClient;
 beforeAll(async () => {
   client = redisClient();
   nodeRedis = createClient({ url: redisUrl() });
   await nodeRedis.connect();
+  iovalkey = new IoValkey(redisUrl());
+  glideClient = await glide().GlideClient.createClient({ addresses: [addressOf(redisUrl())], requestTimeout: GLIDE_REQUEST_TIMEOUT_MS });
 });
 afterAll(async () => {
   client.disconnect();
   nodeRedis.destroy();
+  iovalkey.disconnect();
+  glideClient.close();
 });
 
 const WINDOWS = [1, 7, 100, 250, 1_000, 1_500, 10_000, 60_000];
@@ -46,6 +55,14 @@ function randomTiers(random: () => number, algorithm: AlgorithmName): Tier[] {
     limit: 1 + Math.floor(random() * (random() < 0.7 ? 6 : maxLimit)),
     window: WINDOWS[Math.floor(random() * WINDOWS.length)],
   }));
+}
+
+/** Precisions of \`precise-window\`: buckets as wide as the window, a few wide ones, and the default (mostly exact here). */
+const PRECISIONS = [1, 2, 7, 60, 6_000];
+
+/** The precision of a configuration: a random one for \`precise-window\` (the others ignore it, and draw nothing). */
+function randomPrecision(random: () => number, algorithm: AlgorithmName): number {
+  return algorithm === 'precise-window' ? PRECISIONS[Math.floor(random() * PRECISIONS.length)] : 1;
 }
 
 /** The next clock value: same ms, a few ms, around a tier's window boundary, within a window, several windows. */
@@ -76,8 +93,10 @@ function randomCost(random: () => number, tiers: readonly Tier[]): number {
 }
 
 /** The PTTL a counting write must leave, per algorithm (a token bucket's: until every bucket is full again). */
-function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: number, decision: Decision): number {
+function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: number, decision: Decision, precision: number): number {
   const longest = Math.max(...tiers.map((tier) => tier.window));
+  // Until the newest unit has left every window: a window and a bucket after its bucket.
+  if (algorithm === 'precise-window') return Math.max(...tiers.map(({ window }) => window + Math.max(1, Math.floor(window / precision))));
   if (algorithm === 'sliding-window') return 2 * longest;
   if (algorithm === 'sliding-log') return longest;
   if (algorithm === 'token-bucket') {
@@ -148,6 +167,32 @@ function persistingNodeRedis(redis: RedisClientType, ttl: { last: number | undef
   });
 }
 
+/**
+ * The same for GLIDE: its `customCommand` of a script (EVALSHA, or EVAL after NOSCRIPT) is sent
+ * as an atomic batch (`MULTI ... EXEC`) with the PTTL and PERSIST. A script's error (NOSCRIPT) is
+ * thrown as GLIDE would throw it outside a batch, so the store's fallback to EVAL runs as usual.
+ */
+function persistingGlide(redis: GlideClient, ttl: { last: number | undefined }): GlideClient {
+  return new Proxy(redis, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target) as unknown;
+      if (property === 'customCommand') {
+        return async (args: string[], options?: object) => {
+          if (args[0] !== 'EVALSHA' && args[0] !== 'EVAL') return target.customCommand(args, options);
+          const keys = args.slice(3, 3 + Number(args[2]));
+          const batch = new (glide().Batch)(true).customCommand(args).pttl(keys[0]);
+          for (const key of keys) batch.persist(key);
+          const results = (await target.exec(batch, false))!;
+          if (results[0] instanceof Error) throw results[0];
+          ttl.last = results[1] as number;
+          return results[0];
+        };
+      }
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
 const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 
 /**
@@ -158,6 +203,8 @@ const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
 const ttl: { last: number | undefined } = { last: undefined };
 let wrappedIoredis: Redis | undefined;
 let wrappedNodeRedis: RedisClientType | undefined;
+let wrappedIovalkey: Redis | undefined;
+let wrappedGlide: GlideClient | undefined;
 
 function persistingIoredis(): Redis {
   wrappedIoredis ??= persistingClient(client, ttl);
@@ -172,6 +219,9 @@ function persistingNodeRedisClient(): RedisClientType {
 const STORE_CLIENTS: [string, () => RedisStoreClient][] = [
   ['ioredis', persistingIoredis],
   ['node-redis', persistingNodeRedisClient],
+  // iovalkey is ioredis's API: the same proxy.
+  ['iovalkey', () => (wrappedIovalkey ??= persistingClient(iovalkey as unknown as Redis, ttl))],
+  ['glide', () => (wrappedGlide ??= persistingGlide(glideClient, ttl))],
 ];
 
 /** Expects each count named in `minimums` to be above its minimum; the failure names every one that is not. */
@@ -210,10 +260,12 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         // A third of the configurations block denied identifiers (blockFor), half of those wiping
         // the counts for the block (afterBlock: 'reset').
         const blockFor = config % 3 === 2 ? 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window))) : 0;
+        const precision = randomPrecision(random, algorithm);
         const afterBlock = config % 6 === 5 ? 'reset' : undefined;
         const common = {
           limits: inMs(tiers),
           algorithm,
+          ...(algorithm === 'precise-window' ? { precision } : {}),
           clock,
           denyCacheSize: 0,
           blockFor: blockFor === 0 ? undefined : `${blockFor}ms`,
@@ -282,7 +334,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
             );
           }
           if (fromRedis.counted) {
-            const expected = expectedTtl(algorithm, callTiers, now, fromRedis);
+            const expected = expectedTtl(algorithm, callTiers, now, fromRedis, precision);
             expiry.set(id, now + expected);
             // Read in the same MULTI as the write. Redis does not expire keys inside a MULTI, but
             // PTTL is counted on its real clock: allow for a server that was descheduled meanwhile.
@@ -354,6 +406,7 @@ describe.each(ALGORITHMS)('%s with a concurrency bound: RedisStore and MemorySto
       let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
       const common = {
         algorithm,
+        ...(algorithm === 'precise-window' ? { precision: randomPrecision(random, algorithm) } : {}),
         clock: () => now,
         denyCacheSize: 0,
         concurrency,
@@ -424,9 +477,12 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<{ bloc
     const marker = await client.zscore(key, '!');
     return { blockedUntil: marker === null ? 0 : -Number(marker), body: scores };
   }
-  const value = await client.get(key);
+  // Read as bytes: a precise window's entries are binary.
+  const value = (await client.getBuffer(key))?.toString('latin1') ?? null;
   if (value === null) return { blockedUntil: 0, body: [] };
-  const [, until, rest] = /^(?:!([0-9a-z]+) ?)?(.*)$/.exec(value)!;
+  const [, until, rest] = /^(?:!([0-9a-z]+) ?)?(.*)$/s.exec(value)!;
+  if (algorithm === 'precise-window')
+    return { blockedUntil: until === undefined ? 0 : parseInt(until, 36), body: [...Buffer.from(rest, 'latin1')] };
   // A token bucket keeps per tier 'm:r' in base 36, or m in decimal: the twin holds [m, r] pairs.
   const body =
     algorithm === 'token-bucket'
@@ -440,8 +496,10 @@ async function redisState(algorithm: AlgorithmName, key: string): Promise<{ bloc
 
 /** The twin's state in the same shape. */
 function twinState(state: unknown): { blockedUntil: number; body: number[] } {
-  const stored = state as { blockedUntil: number; body: number[] | undefined } | undefined;
-  return { blockedUntil: stored?.blockedUntil ?? 0, body: [...(stored?.body ?? [])] };
+  const stored = state as { blockedUntil: number; body: number[] | string | undefined } | undefined;
+  const body = stored?.body ?? [];
+  // A precise window keeps its string, one character per byte.
+  return { blockedUntil: stored?.blockedUntil ?? 0, body: typeof body === 'string' ? [...Buffer.from(body, 'latin1')] : [...body] };
 }
 
 describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', (algorithm) => {
@@ -458,6 +516,7 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
     let wipingBlocks = 0;
     for (let config = 0; config < 8; config++) {
       const tiers = randomTiers(random, algorithm);
+      const precision = randomPrecision(random, algorithm);
       const key = `${uniquePrefix('raw')}:k`;
       let now = config % 2 === 0 ? Math.floor(random() * 20) : 1_700_000_000_000 + Math.floor(random() * 100_000);
       let state: unknown;
@@ -482,12 +541,12 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
           cost = taken.cost;
           const roll = random();
           actualCost = roll < 0.4 ? 0 : roll < 0.7 ? Math.floor(random() * cost) : cost + 1 + Math.floor(random() * 2 * tiers[0].limit);
-          const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, actualCost, tiers };
+          const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, actualCost, tiers, precision };
           argv = scriptArgv(args);
           result = scripts.settle.apply(state, args);
         } else {
           cost = randomCost(random, tiers);
-          const args = { now, cost, dryRun, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers };
+          const args = { now, cost, dryRun, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision };
           argv = scriptArgv(args);
           result = scripts.check.apply(state, args);
         }
@@ -546,6 +605,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
       let sharedBatches = 0;
       for (let config = 0; config < 6; config++) {
         const tiers = randomTiers(random, algorithm);
+        const precision = randomPrecision(random, algorithm);
         const keys = Array.from({ length: 4 }, (_, i) => `${uniquePrefix('batch')}:k${i}`);
         const states = new Map<string, unknown>();
         let now = 1_700_000_000_000 + Math.floor(random() * 100_000);
@@ -562,11 +622,23 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
           }));
           const dryAll = random() < 0.1;
           const sharedArgv =
-            shared === undefined ? undefined : scriptArgv({ now, ...shared, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers });
+            shared === undefined
+              ? undefined
+              : scriptArgv({ now, ...shared, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision });
           const perKey = entries.map(
             (entry) =>
               sharedArgv ??
-              scriptArgv({ now, cost: entry.cost, dryRun: entry.dryRun, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers }),
+              scriptArgv({
+                now,
+                cost: entry.cost,
+                dryRun: entry.dryRun,
+                blockFor,
+                blockResets,
+                countedAt: 0,
+                actualCost: 0,
+                tiers,
+                precision,
+              }),
           );
           const entryKeys = entries.map((entry) => entry.key);
           const argv = form === 'batch' ? batchArgv(perKey) : batchArgv(perKey, entryKeys);
@@ -591,6 +663,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
               countedAt: 0,
               actualCost: 0,
               tiers,
+              precision,
             });
             states.set(entry.key, result.state);
             const context = `config ${config}, step ${step}, entry ${i} of ${entries.length}, ${JSON.stringify(entry)}, dry all ${dryAll}`;

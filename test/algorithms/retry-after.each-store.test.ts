@@ -133,8 +133,15 @@ describe.each(stores)('exact retryAfterMs on %s', (_name, makeStore) => {
     // The 1 s tier is empty again; the 10 s tier holds 4.
     //   fixed window: until its window ends at 10 s: 6 s;  sliding log: until the units of 0 s leave: 6 s;
     //   sliding window: in the next window 4 * (10 - e) / 10 + 1 <= 4 from e = 2.5 s: 6 + 2.5 s;
-    //   token bucket: full again at 10 s, room for 2 (5 s of refill) at 5 s: 1 s.
-    const expected = { 'sliding-window': 8_500, 'fixed-window': 6_000, 'sliding-log': 6_000, 'token-bucket': 1_000 }[algorithm];
+    //   token bucket: full again at 10 s, room for 2 (5 s of refill) at 5 s: 1 s;
+    //   precise window: 1 ms buckets in a 10 s window (the default precision), exact as the log: 6 s.
+    const expected = {
+      'sliding-window': 8_500,
+      'fixed-window': 6_000,
+      'sliding-log': 6_000,
+      'token-bucket': 1_000,
+      'precise-window': 6_000,
+    }[algorithm];
     expect(denied.retryAfterMs).toBe(expected);
     expect(denied.tiers[1].resetAt).toBe(denied.resetAt);
     if (algorithm === 'token-bucket') {

@@ -1,6 +1,8 @@
+import { type Contestant, contestant, PRECISE_LABELS, STUDY_CONTESTANTS } from '../../bench/accuracy/contestants';
 import { ExactBucket } from '../../bench/accuracy/exact-bucket';
 import { ExactLog } from '../../bench/accuracy/exact-log';
-import { type AlgorithmStats, decisions, floodAdmissions, simulateTrace, type TraceResult } from '../../bench/accuracy/simulate';
+import { targetChecks } from '../../bench/accuracy/report';
+import { type ContestantStats, decisions, floodAdmissions, simulateTrace, statsOf, type TraceResult } from '../../bench/accuracy/simulate';
 import {
   boundaryTrace,
   burstTrace,
@@ -11,24 +13,23 @@ import {
   type Trace,
 } from '../../bench/accuracy/traces';
 import { fixedWindow } from '../../src/algorithms/fixed-window';
+import { DEFAULT_PRECISION, preciseWindow } from '../../src/algorithms/precise-window';
 import { slidingLog } from '../../src/algorithms/sliding-log';
 import { slidingWindow } from '../../src/algorithms/sliding-window';
 import { tokenBucket } from '../../src/algorithms/token-bucket';
-import type { AlgorithmName, AlgorithmScripts } from '../../src/algorithms/types';
+import type { AlgorithmScripts } from '../../src/algorithms/types';
 import type { Tier } from '../../src/tiers';
 import { mulberry32 } from '../../support/random';
 
-const ALGORITHMS = [slidingWindow, fixedWindow, slidingLog, tokenBucket] as AlgorithmScripts[];
-const BUCKET = tokenBucket as AlgorithmScripts;
+const ALGORITHMS = ([slidingWindow, fixedWindow, slidingLog, tokenBucket] as AlgorithmScripts[]).map((scripts) => contestant(scripts));
+const BUCKET = contestant(tokenBucket as AlgorithmScripts);
 const TINY = { sources: 2, windows: 20 };
 
-function statOf(result: TraceResult, name: AlgorithmName): AlgorithmStats {
-  const stat = result.stats.find((s) => s.algorithm === name);
-  if (stat === undefined) throw new Error(`no stats for ${name}`);
-  return stat;
+function statOf(result: TraceResult, label: string): ContestantStats {
+  return statsOf(result.stats, label);
 }
 
-function overshootOf(result: TraceResult, name: AlgorithmName): number {
+function overshootOf(result: TraceResult, name: string): number {
   return statOf(result, name).worstCount / result.trace.tier.limit;
 }
 
@@ -115,15 +116,16 @@ describe('accuracy simulator', () => {
 
   test('under a constant flood, exact log and fixed window admit the full limit every window', () => {
     const tier = { limit: 10, window: 60_000 };
-    expect(floodAdmissions(slidingLog as AlgorithmScripts, tier, EPOCH, 5, 7)).toEqual([10, 10, 10, 10, 10]);
-    expect(floodAdmissions(fixedWindow as AlgorithmScripts, tier, EPOCH, 5, 7)).toEqual([10, 10, 10, 10, 10]);
-    for (const admitted of floodAdmissions(slidingWindow as AlgorithmScripts, tier, EPOCH, 5, 7)) expect(admitted).toBeLessThanOrEqual(10);
+    expect(floodAdmissions(contestant(slidingLog as AlgorithmScripts), tier, EPOCH, 5, 7)).toEqual([10, 10, 10, 10, 10]);
+    expect(floodAdmissions(contestant(fixedWindow as AlgorithmScripts), tier, EPOCH, 5, 7)).toEqual([10, 10, 10, 10, 10]);
+    for (const admitted of floodAdmissions(contestant(slidingWindow as AlgorithmScripts), tier, EPOCH, 5, 7))
+      expect(admitted).toBeLessThanOrEqual(10);
   });
 
   test('records the plot series of the representative source', () => {
     const result = simulateTrace(burstTrace('end', TINY), ALGORITHMS);
     expect(result.series.reference.length).toBeGreaterThan(100);
-    const sliding = result.series.byAlgorithm.get('sliding-window')!;
+    const sliding = result.series.byContestant.get('sliding-window')!;
     expect(sliding.estimate.length).toBe(result.series.reference.length);
     for (let i = 1; i < sliding.estimate.length; i++) expect(sliding.estimate[i][0]).toBeGreaterThanOrEqual(sliding.estimate[i - 1][0]);
   });
@@ -237,5 +239,60 @@ describe('token bucket in the study', () => {
 
   test('under a constant flood: the burst plus the refill in the first window, then the limit per window', () => {
     expect(floodAdmissions(BUCKET, { limit: 10, window: 60_000 }, EPOCH, 5, 7)).toEqual([19, 10, 10, 10, 10]);
+  });
+});
+
+describe('precise window in the study', () => {
+  const precise = (precision?: number): Contestant => contestant(preciseWindow as AlgorithmScripts, precision);
+  const traces = (): Trace[] => [poissonTrace(1, TINY), burstTrace('end', TINY), heavyTailedTrace({ sources: 300, windows: 20 })];
+
+  test('a contestant is named by its algorithm, and by its precision too when that is not the default', () => {
+    expect(precise().label).toBe('precise-window');
+    expect(precise().precision).toBe(DEFAULT_PRECISION);
+    expect(precise(600).label).toBe('precise-window, precision 600');
+    expect(precise(600).precision).toBe(600);
+    expect(new Set(STUDY_CONTESTANTS.map(({ label }) => label)).size).toBe(STUDY_CONTESTANTS.length);
+    expect(PRECISE_LABELS[0]).toBe('precise-window');
+    expect(() => simulateTrace(poissonTrace(1, TINY), [precise(), precise()])).toThrow(/share a label/);
+  });
+
+  test('each contestant runs at its own precision: 1 ms buckets make no wrong decision, 1 s buckets do', () => {
+    for (const trace of traces()) {
+      const result = simulateTrace(trace, [precise(trace.tier.window), precise(60)]);
+      const exact = statOf(result, `precise-window, precision ${trace.tier.window}`);
+      expect(exact.falseAllows + exact.falseDenies).toBe(0);
+      expect(exact.allowed).toBe(result.referenceAllowed);
+    }
+    const coarse = statOf(simulateTrace(burstTrace('end', TINY), [precise(60)]), 'precise-window, precision 60');
+    expect(coarse.falseAllows).toBeGreaterThan(0);
+  });
+
+  test('its targets: an exact log meets them all; 1 s buckets miss some, by the amounts measured', () => {
+    const results = traces().map((trace) => simulateTrace(trace, [precise(60_000), precise(60)]));
+    const exact = targetChecks(results, 'precise-window, precision 60000');
+    expect(exact).toHaveLength(4);
+    for (const check of exact) expect(check).toMatchObject({ met: true, measured: 0 });
+    const coarse = targetChecks(results, 'precise-window, precision 60');
+    const missed = coarse.filter((check) => !check.met);
+    expect(missed.length).toBeGreaterThan(0);
+    for (const check of missed) expect(check.measured).toBeGreaterThan(check.bound);
+    const [wrongAtLoad, falseAllows] = coarse;
+    const poisson = statOf(results[0], 'precise-window, precision 60');
+    expect(wrongAtLoad.trace).toBe('poisson-100');
+    expect(wrongAtLoad.measured).toBeCloseTo((100 * (poisson.falseAllows + poisson.falseDenies)) / poisson.requests, 10);
+    const worst = Math.max(...results.map((r) => statOf(r, 'precise-window, precision 60')).map((s) => s.falseAllows / s.requests));
+    expect(falseAllows.measured).toBeCloseTo(100 * worst, 10);
+  });
+
+  test('a window holding exactly the limit plus 1 % meets the overshoot target, one unit more misses it', () => {
+    const result = simulateTrace(poissonTrace(1, TINY), [precise()]);
+    const withWorst = (worstCount: number): TraceResult => ({
+      ...result,
+      stats: result.stats.map((stat) => ({ ...stat, worstCount })),
+    });
+    const overshootCheck = (worstCount: number) => targetChecks([withWorst(worstCount)], 'precise-window')[3];
+    expect(overshootCheck(101)).toMatchObject({ met: true, atBound: true, measured: 1 });
+    expect(overshootCheck(102)).toMatchObject({ met: false, atBound: false, measured: 2 });
+    expect(overshootCheck(100)).toMatchObject({ met: true, measured: 0 });
   });
 });

@@ -27,13 +27,15 @@ const BLOCK = MINUTE;
  * The counts' own wait for a third request of cost 1 after two at START (on a boundary):
  * the fixed window ends after 1 s; the log's oldest entry leaves after 1 s; the sliding window
  * counter carries the two into the next window, where 2 * (1000 - e) / 1000 + 1 <= 2 from e = 500;
- * the token bucket of 2 per second has one unit back after 500 ms.
+ * the token bucket of 2 per second has one unit back after 500 ms; the precise window's 1 ms
+ * buckets (1 s at the default precision) make it the log: 1 s.
  */
 const COUNTS_WAIT: Record<AlgorithmName, number> = {
   'sliding-window': 1_500,
   'fixed-window': 1_000,
   'sliding-log': 1_000,
   'token-bucket': 500,
+  'precise-window': 1_000,
 };
 /** A block shorter than every algorithm's COUNTS_WAIT. */
 const SHORT = 300;
@@ -310,10 +312,10 @@ onRedis.describe.each(REDIS_STORES)('the block is in Redis, on $name', (kind) =>
       for (let i = 0; i < 2; i++) await limiter.check('u');
       const countsTtl = await redis.pttl(key);
       // The counts alone keep the key 10 s (fixed window: to the end of the 10 s window; log: one
-      // longest window), 20 s (sliding window: two longest windows) or 2 s (token bucket: until
-      // both buckets are full), all shorter than the block.
+      // longest window), 20 s (sliding window: two longest windows), 10 s and a 1 ms bucket (precise
+      // window) or 2 s (token bucket: until both buckets are full), all shorter than the block.
       expect(countsTtl).toBeGreaterThan(0);
-      expect(countsTtl).toBeLessThanOrEqual(algorithm === 'sliding-window' ? 20_000 : 10_000);
+      expect(countsTtl).toBeLessThanOrEqual({ 'sliding-window': 20_000, 'precise-window': 10_001 }[algorithm as string] ?? 10_000);
 
       const before = Date.now();
       expect((await limiter.check('u')).blocked).toBe(true);

@@ -1,6 +1,6 @@
 /**
  * A bound on requests in progress (`concurrency`) through the core, on every store: the
- * MemoryStore, and RedisStores over ioredis and node-redis on the standalone server and on the
+ * MemoryStore, and RedisStores over each client adapter on the standalone server and on the
  * three-master cluster. Each allowed check holds a lease until released or expired (in the
  * store's clock: the injected one here); the bound and the rate tiers are decided in one
  * atomic step, so a request refused by either counts in neither.

@@ -75,6 +75,8 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
         'sliding-log': [100, 30],
         // 45 s refilled 150 of the 100 used: the bucket is full, and a refund cannot overfill it.
         'token-bucket': [0, 0],
+        // Its 10 ms bucket at 30 s is wholly within the last minute.
+        'precise-window': [100, 30],
       };
       expect([before, after]).toEqual(expected[algorithm]);
     });

@@ -2,8 +2,10 @@
  * Tiers are all-or-nothing: a request denied by any tier is counted by none, and the
  * decision reports every tier and the binding one.
  */
+
 import { createLimiter, type Decision, MemoryStore, type Store } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';
+import { DEFAULT_PRECISION } from '../../src/algorithms/precise-window';
 import type { AlgorithmName } from '../../src/algorithms/types';
 import { manualClock, uniquePrefix } from '../helpers/redis';
 import { redisStoresPerClient, selectStores } from '../helpers/stores';
@@ -30,6 +32,12 @@ const ALGORITHMS: readonly AlgorithmName[] = ALGORITHM_NAMES;
  */
 function firstRelease(algorithm: AlgorithmName, window: number, counted: number, limit: number): number {
   if (algorithm === 'token-bucket') return Math.ceil(window / limit);
+  if (algorithm === 'precise-window') {
+    // The units, counted at the start of a bucket of width ms, are taken as spread over it: one
+    // of them has left once (counted - 1) / counted of the bucket is left inside the window.
+    const width = Math.max(1, Math.floor(window / DEFAULT_PRECISION));
+    return window + width - 1 - Math.floor(((counted - 1) * width) / counted);
+  }
   return algorithm === 'sliding-window' ? window + Math.ceil(window / counted) : window;
 }
 

@@ -1,7 +1,7 @@
 /**
  * Redis Cluster faults, on three-master clusters the tests start and stop themselves,
- * through an ioredis `Cluster` client and a node-redis cluster client, each configured as
- * the README recommends.
+ * through an ioredis `Cluster` client, a node-redis cluster client, an iovalkey `Cluster` and a
+ * GLIDE `GlideClusterClient`, each configured as docs/redis.md and docs/valkey.md recommend.
  *
  * Proves: an identifier's state is one key, so one slot; when that slot is migrated to
  * another master (SETSLOT MIGRATING/IMPORTING, MIGRATE, SETSLOT NODE) the limiter follows
@@ -12,10 +12,11 @@
  */
 import { performance } from 'node:perf_hooks';
 import { Cluster } from 'ioredis';
+import { Cluster as IoValkeyCluster } from 'iovalkey';
 import { createLimiter, type Decision, type Limiter, RedisStore, type RedisStoreClient } from '../../src';
 import { type App, closeAgent, get, startApp } from '../helpers/http-load';
 import { watchEachTest } from '../helpers/process';
-import { nodeRedisMajor } from '../helpers/redis';
+import { glide, nodeRedisMajor } from '../helpers/redis';
 import {
   type ClusterAdmin,
   clusterAdmin,
@@ -51,6 +52,22 @@ const CLUSTER_CLIENTS: [string, (startupNodes: { host: string; port: number }[])
     },
   ],
   ['node-redis', (startupNodes) => nodeRedisCluster(startupNodes, { disableOfflineQueue: true })],
+  [
+    'iovalkey',
+    async (startupNodes) => {
+      const iovalkey = new IoValkeyCluster(startupNodes, {
+        enableOfflineQueue: false,
+        redisOptions: { maxRetriesPerRequest: 1, disconnectTimeout: 100 },
+      });
+      iovalkey.on('error', () => undefined);
+      iovalkey.on('node error', () => undefined);
+      await waitReady(iovalkey as unknown as RedisStoreClient);
+      return iovalkey as unknown as RedisStoreClient;
+    },
+  ],
+  // As docs/valkey.md recommends: requestTimeout the limiter's timeoutMs (of the kill test; the
+  // migration tests allow more).
+  ['glide', (startupNodes) => glide().GlideClusterClient.createClient({ addresses: startupNodes, requestTimeout: TIMEOUT_MS })],
 ];
 
 let cluster: RedisCluster;
@@ -179,10 +196,12 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
     // The turn while the slot's keys were split: retried by the client until it gave up, and
     // reported with its code; never counted in part.
     // (ioredis gives up after following redirections, and names the last reply: TRYAGAIN, or MOVED
-    // when it went on to ask another node.)
+    // when it went on to ask another node. GLIDE retries TRYAGAIN until its requestTimeout, here
+    // the limiter's timeoutMs: the turn times out, and nothing is sent after.)
     const refused = answers.map((answer) => answer[0]).filter((answer) => answer !== 'allowed');
     expect(refused.length).toBe(answers.length - allowedTurns);
-    for (const answer of refused) expect(answer).toMatch(/^SWL_STORE_ERROR (TRYAGAIN|MOVED|ASK)$/);
+    const refusal = clientName === 'glide' ? /^SWL_TIMEOUT undefined$/ : /^SWL_STORE_ERROR (TRYAGAIN|MOVED|ASK)$/;
+    for (const answer of refused) expect(answer).toMatch(refusal);
     expect(refused.length).toBeLessThanOrEqual(1);
     expect(allowedTurns).toBeGreaterThanOrEqual(4);
     // Exactly what was allowed is counted, on the target master.

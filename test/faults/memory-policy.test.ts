@@ -26,7 +26,7 @@ test('allkeys-lru under pressure gives exhausted identifiers their quota back: w
   // Full eviction tenacity: Redis evicts until it is under maxmemory on each command, rather than in
   // slices of time that a slow machine can stretch past the wait below.
   const redis = await server(['--maxmemory', '64mb', '--maxmemory-policy', 'allkeys-lru', '--maxmemory-eviction-tenacity', '100']);
-  const client = faultClient(redis.url, RECOMMENDED_CONFIGS[0][1]);
+  const client = await faultClient(redis.url, RECOMMENDED_CONFIGS[0][1]);
   const admin = quietClient(redis.url);
   try {
     await waitReady(client);
@@ -68,7 +68,7 @@ describe.each(RECOMMENDED_CONFIGS)('%s', (_name, config) => {
     'maxmemory-policy %s, maxmemory %s: %s warning(s) per client, however many stores share it',
     async (policy, maxmemory, expected) => {
       const redis = await server(['--maxmemory', maxmemory, '--maxmemory-policy', policy]);
-      const clients = [faultClient(redis.url, config), faultClient(redis.url, config)];
+      const clients = [await faultClient(redis.url, config), await faultClient(redis.url, config)];
       try {
         for (const client of clients) {
           await waitReady(client);

@@ -26,7 +26,7 @@ afterAll(() => redis.stop());
 describe.each(RECOMMENDED_CONFIGS)('clients: %s', (_configName, clientConfig) => {
   let clients: RedisStoreClient[];
   beforeAll(async () => {
-    clients = Array.from({ length: INSTANCES }, () => faultClient(redis.url, clientConfig));
+    clients = await Promise.all(Array.from({ length: INSTANCES }, () => faultClient(redis.url, clientConfig)));
     await Promise.all(clients.map((client) => waitReady(client)));
   });
   afterAll(() => {

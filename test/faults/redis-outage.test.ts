@@ -20,7 +20,7 @@ import { performance } from 'node:perf_hooks';
 import { createLimiter, RedisStore } from '../../src';
 import { closeAgent, FRAMEWORKS, get, load, type Sample, startApp } from '../helpers/http-load';
 import { watchEachTest } from '../helpers/process';
-import { CLIENT_CONFIGS, faultRedisOfEachTest, sleep, slidingWindowCount, waitReady } from '../helpers/redis-faults';
+import { CLIENT_CONFIGS, faultRedisOfEachTest, nextReady, sleep, slidingWindowCount, waitReady } from '../helpers/redis-faults';
 import { figuresPrintedAfterAll } from '../helpers/report';
 
 const TIMEOUT_MS = 200;
@@ -85,11 +85,9 @@ describe.each(CLIENT_CONFIGS)('Redis SIGKILLed and restarted under load, client:
           const killedAt = performance.now();
           await sleep(1_000);
           // The moment the client is ready again: no decision can be answered before it.
-          let readyAt = Infinity;
-          client.once('ready', () => {
-            readyAt = performance.now();
-          });
+          const ready = nextReady(client);
           await redis.restart();
+          const readyAt = await ready;
           await waitReady(client);
           await sleep(1_500);
           traffic.stop();

@@ -3,7 +3,7 @@
  * the server for a second. Proves that checks give up at timeoutMs (measured) with a
  * RateLimitTimeoutError, that the adapters then fail open (200 without rate-limit
  * headers) or closed (503) as configured, and that decisions come back after the sleep;
- * on every ioredis and node-redis configuration, and over HTTP with each one's recommended one.
+ * on every client configuration of redis-faults.ts, and over HTTP with each library's recommended one.
  */
 import { performance } from 'node:perf_hooks';
 import { createLimiter, RedisStore } from '../../src';

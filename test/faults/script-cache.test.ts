@@ -4,7 +4,7 @@
  * directly on the limiter, succeeds without any error reaching the user: 200 with
  * rate-limit headers, onError never called for SCRIPT FLUSH; after the restart, once the
  * client is connected again, the first check succeeds and counts from zero. With every
- * ioredis and node-redis client configuration.
+ * client configuration of redis-faults.ts.
  */
 import { type AlgorithmName, createLimiter, RedisStore } from '../../src';
 import { ALGORITHM_NAMES } from '../../src/algorithms';

@@ -1,7 +1,8 @@
 /**
  * Redis Sentinel: the master SIGKILLed under load behind Express (20 keep-alive clients,
  * timeoutMs 250, failing open), a replica promoted by one Sentinel (quorum 1, down after 500 ms),
- * with ioredis (`sentinels` and `name`) and node-redis (`createSentinel()`).
+ * with ioredis and iovalkey (`sentinels` and `name`) and node-redis (`createSentinel()`). Valkey
+ * GLIDE has no Sentinel client.
  *
  * Proves: every request is answered within timeoutMs, a margin and the event loop's longest stall;
  * no READONLY (or any Redis error reply) reaches the app; limiting resumes on the new master by
@@ -10,6 +11,7 @@
  * it allowed: nothing failed during the switch was counted later.
  */
 import { Redis } from 'ioredis';
+import { Redis as IoValkey } from 'iovalkey';
 import { createSentinel } from 'redis';
 import { createLimiter, RedisStore, type RedisStoreClient } from '../../src';
 import { DEFAULT_BREAKER_MAX_OPEN_MS } from '../../src/core/breaker';
@@ -38,6 +40,20 @@ const LIBRARIES: [string, (group: RedisSentinelGroup) => Promise<RedisStoreClien
       client.on('error', () => undefined);
       await waitFor(() => client.status === 'ready', 10_000, 'ioredis to connect');
       return client;
+    },
+  ],
+  [
+    'iovalkey (sentinels, name)',
+    async (group) => {
+      const client = new IoValkey({
+        sentinels: [{ host: '127.0.0.1', port: group.sentinel.port }],
+        name: group.name,
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 1,
+      });
+      client.on('error', () => undefined);
+      await waitFor(() => client.status === 'ready', 10_000, 'iovalkey to connect');
+      return client as unknown as RedisStoreClient;
     },
   ],
   [

@@ -11,14 +11,16 @@
  *   standalone server and the three-master cluster that global-setup.ts starts.
  * - under test/faults/: the `faults` project (jest.faults.config.ts), each file starting its
  *   own servers; under test/package/: the `package` project, the packed tarball installed in
- *   temporary apps (no Redis, but about 35 s, too slow for the unit loop).
+ *   temporary apps (no Redis, but about 35 s, too slow for the unit loop);
+ * - under test/runtimes/: the `runtimes` project (jest.runtimes.config.ts), the package run by Bun,
+ *   Deno and Node against a redis-server the file starts, kills and restarts itself.
  */
 import { basename } from 'node:path';
 
 /** The `testMatch` globs of the unit project's files: whole, and their MemoryStore half. */
 export const UNIT_PATTERNS: readonly string[] = ['**/*.unit.test.ts', '**/*.each-store.test.ts'];
-/** What the redis project leaves out of every test file: the unit project's whole files, faults, the tarball tests (patterns of paths). */
-export const NOT_REDIS_PATTERNS: readonly string[] = ['\\.unit\\.test\\.ts$', '/test/faults/', '/test/package/'];
+/** What the redis project leaves out of every test file: the unit project's whole files, faults, the tarball tests, the runtime suite (patterns of paths). */
+export const NOT_REDIS_PATTERNS: readonly string[] = ['\\.unit\\.test\\.ts$', '/test/faults/', '/test/package/', '/test/runtimes/'];
 
 export type ProjectName = 'unit' | 'redis' | 'faults';
 

@@ -1,13 +1,17 @@
 /**
  * Redis helpers for the fault-injection tests: servers the test owns (with `DEBUG`
- * enabled, so a test can make Redis sleep), the client configurations under test (ioredis
- * and node-redis), and small polling utilities.
+ * enabled, so a test can make Redis sleep), the client configurations under test (ioredis,
+ * node-redis, iovalkey and Valkey GLIDE), and small polling utilities.
  */
+import { performance } from 'node:perf_hooks';
+import type { GlideClient } from '@valkey/valkey-glide';
 import { type Cluster, Redis, type RedisOptions } from 'ioredis';
+import { Redis as IoValkey } from 'iovalkey';
 import { createClient, createCluster } from 'redis';
 import type { RedisStoreClient } from '../../src';
 import { readCounters } from '../../src/algorithms/shared';
 import { type RedisCluster, type RedisProcess, startCluster, startRedis } from '../../support/redis-server';
+import { addressOf, glide, isGlide, isReady, type LibraryName } from './redis';
 
 /** A standalone redis-server owned by the test, with `DEBUG SLEEP` allowed. */
 export function startFaultRedis(extraArgs: string[] = []): Promise<RedisProcess> {
@@ -66,7 +70,7 @@ export function faultClientsOfEachTest(url: () => string): (config: ClientConfig
     for (const client of clients.splice(0)) disconnect(client);
   });
   return async (config) => {
-    const client = faultClient(url(), config);
+    const client = await faultClient(url(), config);
     clients.push(client);
     await waitReady(client);
     return client;
@@ -96,7 +100,7 @@ export function faultRedisOfEachTest(config: ClientConfig): FaultRedisOfTest {
     const redis = await startFaultRedis();
     current = {
       redis,
-      client: faultClient(redis.url, config),
+      client: await faultClient(redis.url, config),
       admin: quietClient(redis.url, { maxRetriesPerRequest: 0 }),
       inspect: quietClient(redis.url),
     };
@@ -132,15 +136,23 @@ export function faultRedisOfEachTest(config: ClientConfig): FaultRedisOfTest {
 
 /** A store client to make: which library, with which options. */
 export interface ClientConfig {
-  readonly library: 'ioredis' | 'node-redis';
+  readonly library: LibraryName;
   readonly options: Record<string, unknown>;
 }
+
+/**
+ * The request timeout of GLIDE's recommended configuration here: the `timeoutMs` of the outage
+ * tests (docs/valkey.md recommends the limiter's `timeoutMs`, or less).
+ */
+const GLIDE_FAULT_REQUEST_TIMEOUT_MS = 200;
 
 /**
  * The client configurations every outage test runs with: for ioredis, the README's
  * recommendation, ioredis' defaults (offline queue on, 20 retries per request) and the
  * recommendation with auto-pipelining; for node-redis, the README's recommendation and
- * node-redis' defaults (offline queue on, reconnection with back-off).
+ * node-redis' defaults (offline queue on, reconnection with back-off); for iovalkey (an ioredis
+ * fork, the same adapter), the recommendation and its defaults; for GLIDE, the recommendation
+ * (`requestTimeout` as the tests' `timeoutMs`) and its defaults (`requestTimeout` 250 ms).
  */
 export const CLIENT_CONFIGS: readonly [string, ClientConfig][] = [
   [
@@ -155,6 +167,16 @@ export const CLIENT_CONFIGS: readonly [string, ClientConfig][] = [
   ],
   ['node-redis recommended (disableOfflineQueue: true)', { library: 'node-redis', options: { disableOfflineQueue: true } }],
   ['node-redis defaults (offline queue, reconnection back-off)', { library: 'node-redis', options: {} }],
+  [
+    'iovalkey recommended (enableOfflineQueue: false, maxRetriesPerRequest: 1)',
+    { library: 'iovalkey', options: { enableOfflineQueue: false, maxRetriesPerRequest: 1 } },
+  ],
+  ['iovalkey defaults (offline queue, maxRetriesPerRequest: 20)', { library: 'iovalkey', options: {} }],
+  [
+    `glide recommended (requestTimeout: ${GLIDE_FAULT_REQUEST_TIMEOUT_MS}, the limiter's timeoutMs)`,
+    { library: 'glide', options: { requestTimeout: GLIDE_FAULT_REQUEST_TIMEOUT_MS } },
+  ],
+  ['glide defaults (requestTimeout 250 ms)', { library: 'glide', options: {} }],
 ];
 
 /** The recommended configuration of each library, for the tests that do not vary the client. */
@@ -162,12 +184,26 @@ export const RECOMMENDED_CONFIGS: readonly [string, ClientConfig][] = CLIENT_CON
   name.startsWith(`${library} recommended`),
 );
 
-/** A store client whose `error` events (expected while Redis is down) are counted, not printed. */
-export type FaultClient = RedisStoreClient & { errors: number; once(event: 'ready', listener: () => void): unknown };
+/** A store client whose `error` events (expected while Redis is down) are counted, not printed (GLIDE emits none: 0). */
+export type FaultClient = RedisStoreClient & { errors: number };
 
-/** Makes a store client of `url` as `config` says, and starts connecting it (see {@link waitReady}). */
-export function faultClient(url: string, config: ClientConfig): FaultClient {
+/**
+ * Makes a store client of `url` as `config` says, and starts connecting it (see {@link waitReady});
+ * a GLIDE client is connected when this resolves (GLIDE's `createClient` connects).
+ */
+export async function faultClient(url: string, config: ClientConfig): Promise<FaultClient> {
   if (config.library === 'ioredis') return quietClient(url, config.options as RedisOptions);
+  if (config.library === 'iovalkey') {
+    const client = Object.assign(new IoValkey(url, config.options), { errors: 0 });
+    client.on('error', () => {
+      client.errors++;
+    });
+    return client;
+  }
+  if (config.library === 'glide') {
+    const client = await glide().GlideClient.createClient({ addresses: [addressOf(url)], ...config.options });
+    return Object.assign(client, { errors: 0 });
+  }
   const client = Object.assign(createClient({ url, ...config.options }), { errors: 0 });
   client.on('error', () => {
     client.errors++;
@@ -175,6 +211,28 @@ export function faultClient(url: string, config: ClientConfig): FaultClient {
   // Errors before the first connection are counted above; waitReady reports a client that never connects.
   client.connect().catch(() => undefined);
   return client;
+}
+
+/**
+ * When `client` is next ready (its `ready` event; for GLIDE, which has none, the answer of a
+ * `PING` sent again at once after each failure: while GLIDE reconnects it holds each one up to its
+ * request timeout), as `performance.now()`.
+ */
+export async function nextReady(client: RedisStoreClient): Promise<number> {
+  if (!isGlide(client)) {
+    const emitter = client as unknown as { once(event: 'ready', listener: () => void): unknown };
+    return new Promise((resolve) => emitter.once('ready', () => resolve(performance.now())));
+  }
+  for (;;) {
+    const sent = performance.now();
+    const answered = await client.customCommand(['PING']).then(
+      () => true,
+      () => false,
+    );
+    if (answered) return performance.now();
+    // A failure at once (no connection to wait for): do not spin.
+    if (performance.now() - sent < 5) await sleep(5);
+  }
 }
 
 /** A node-redis cluster client of `startupNodes`, with `defaults` for its node clients and other `options`; connected. */
@@ -193,8 +251,12 @@ export async function nodeRedisCluster(
   return cluster;
 }
 
-/** Closes a store client of either library at once, whatever state its connection is in. */
+/** Closes a store client of any library at once, whatever state its connection is in. */
 export function disconnect(client: RedisStoreClient): void {
+  if (isGlide(client)) {
+    (client as unknown as GlideClient).close();
+    return;
+  }
   if ('status' in client) {
     // disconnect() on an ended connection would arm a 2 s timer for a socket already gone.
     if (client.status !== 'end') (client as Redis | Cluster).disconnect();
@@ -227,11 +289,6 @@ export async function waitFor(predicate: () => boolean | Promise<boolean>, timeo
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await sleep(10);
   }
-}
-
-/** Whether a client of either library is connected and ready for commands. */
-function isReady(client: RedisStoreClient): boolean {
-  return 'status' in client ? client.status === 'ready' : (client.isReady ?? client.isOpen);
 }
 
 export function waitReady(client: RedisStoreClient, timeoutMs = 10_000): Promise<void> {

@@ -16,7 +16,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { MemoryStore, RedisStore, type Store } from '../../src';
 import { runsStores, type StoreKind } from './projects';
-import { closeClient, clusterClient, REDIS_CLIENTS, redisClient, type StoreClient } from './redis';
+import { closeClient, clusterClient, ONE_CLIENT_PER_ADAPTER, redisClient, type StoreClient } from './redis';
 
 function kindOfStore(name: string): StoreKind {
   if (name.startsWith('MemoryStore')) return 'memory';
@@ -116,8 +116,8 @@ export function storesWithClusterOfTestFile(): StoreWithClient[] {
 }
 
 /**
- * For suites that list the stores they run on: one `RedisStore` factory per client library
- * (named `RedisStore (ioredis)`, `RedisStore (node-redis)`), over standalone clients opened in
+ * For suites that list the stores they run on: one `RedisStore` factory per client adapter
+ * (named `RedisStore (ioredis)`, `RedisStore (node-redis)`, `RedisStore (glide)`), over standalone clients opened in
  * `beforeAll` and closed in `afterAll` of the calling file. None, and no client, in a jest
  * project that does not run the file's Redis half.
  */
@@ -125,29 +125,29 @@ export function redisStoresPerClient(): [string, () => RedisStore][] {
   if (!runsStores('redis')) return [];
   const clients = new Map<string, StoreClient>();
   beforeAll(async () => {
-    for (const [name, kind] of REDIS_CLIENTS) clients.set(name, await kind.standalone());
+    for (const [name, kind] of ONE_CLIENT_PER_ADAPTER) clients.set(name, await kind.standalone());
   });
   afterAll(() => Promise.all([...clients.values()].map(closeClient)));
-  return REDIS_CLIENTS.map(([name]) => [`RedisStore (${name})`, () => new RedisStore({ client: clients.get(name)! })]);
+  return ONE_CLIENT_PER_ADAPTER.map(([name]) => [`RedisStore (${name})`, () => new RedisStore({ client: clients.get(name)! })]);
 }
 
 /**
  * Every store a feature must work on, for `describe.each`: `[name, make, client]` for the
- * MemoryStore (no client) and a RedisStore over each client library on the standalone server and
- * on the cluster (`RedisStore (ioredis)`, `RedisStore on Cluster (node-redis)`...); of these, the
+ * MemoryStore (no client) and a RedisStore over each client adapter (`ONE_CLIENT_PER_ADAPTER`) on the
+ * standalone server and on the cluster (`RedisStore (ioredis)`, `RedisStore on Cluster (glide)`...); of these, the
  * rows the running jest project runs. The clients are opened before the file's tests and closed
  * after them. Call once, at the top level of a test file.
  */
 export function everyStore(): [string, () => Store, () => StoreClient | undefined][] {
   const clients = new Map<string, StoreClient>();
   onRedis.beforeAll(async () => {
-    for (const [name, kind] of REDIS_CLIENTS) {
+    for (const [name, kind] of ONE_CLIENT_PER_ADAPTER) {
       clients.set(`RedisStore (${name})`, await kind.standalone());
       clients.set(`RedisStore on Cluster (${name})`, await kind.cluster());
     }
   });
   onRedis.afterAll(() => Promise.all([...clients.values()].map(closeClient)));
-  const redisRows = REDIS_CLIENTS.flatMap(([name]) => [`RedisStore (${name})`, `RedisStore on Cluster (${name})`]).map(
+  const redisRows = ONE_CLIENT_PER_ADAPTER.flatMap(([name]) => [`RedisStore (${name})`, `RedisStore on Cluster (${name})`]).map(
     (storeName): [string, () => Store, () => StoreClient | undefined] => [
       storeName,
       () => new RedisStore({ client: clients.get(storeName)! }),

@@ -227,7 +227,38 @@ describe('identification', () => {
     expect(() => byApiKey({ header: '' })).toThrow(/^header: must be a header name/);
   });
 
-  test('without @hono/node-server (app.request), byIp() fails the request loudly rather than share one quota', async () => {
+  test.each([
+    [
+      "Bun.serve's server (requestIP)",
+      (address: string) => ({ requestIP: (request: Request) => (request.url ? { address, family: 'IPv4', port: 1 } : null) }),
+    ],
+    ["Deno.serve's info (remoteAddr)", (address: string) => ({ remoteAddr: { transport: 'tcp', hostname: address, port: 1 } })],
+    ['bindings around them (server)', (address: string) => ({ server: { remoteAddr: { transport: 'tcp', hostname: address, port: 1 } } })],
+  ])('the connection info of %s in c.env gives the peer, and trustProxy counts it as the first hop', async (_name, envOf) => {
+    const decisions: Decision[] = [];
+    const app = new Hono();
+    app.get('/', rateLimit({ store: new MemoryStore(), onDecision: (decision) => decisions.push(decision) }), (c) => c.text('ok'));
+    app.get(
+      '/proxied',
+      rateLimit({ store: new MemoryStore(), identify: byIp({ trustProxy: 1 }), onDecision: (decision) => decisions.push(decision) }),
+      (c) => c.text('ok'),
+    );
+    expect((await app.request('/', {}, envOf('::ffff:198.51.100.3'))).status).toBe(200);
+    expect((await app.request('/proxied', { headers: { 'x-forwarded-for': '192.0.2.1, 203.0.113.5' } }, envOf('10.0.0.1'))).status).toBe(
+      200,
+    );
+    expect(decisions.map((decision) => decision.identifier)).toEqual(['ip:198.51.100.3', 'ip:203.0.113.5']);
+  });
+
+  test("a Deno request over a Unix socket has no address: byIp() does not identify it, and it counts as 'anonymous'", async () => {
+    const decisions: Decision[] = [];
+    const app = new Hono();
+    app.get('/', rateLimit({ store: new MemoryStore(), onDecision: (decision) => decisions.push(decision) }), (c) => c.text('ok'));
+    expect((await app.request('/', {}, { remoteAddr: { transport: 'unix', path: '/run/app.sock' } })).status).toBe(200);
+    expect(decisions[0].identifier).toBe('anonymous');
+  });
+
+  test('without connection info (app.request), byIp() fails the request loudly rather than share one quota', async () => {
     const errors: unknown[] = [];
     const app = new Hono();
     app.use(rateLimit({ store: new MemoryStore(), onError: (error) => errors.push(error) }));
@@ -235,7 +266,7 @@ describe('identification', () => {
     app.onError((error, c) => c.text(String((error as Error).message), 500));
     const response = await app.request('/');
     expect(response.status).toBe(500);
-    expect(await response.text()).toMatch(/byIp\(\) reads the client's address from @hono\/node-server/);
+    expect(await response.text()).toMatch(/byIp\(\) reads the client's address from the server's connection info/);
     expect(errors).toHaveLength(1);
   });
 });

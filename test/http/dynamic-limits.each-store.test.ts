@@ -276,7 +276,8 @@ describe.each(STORES)('on %s', (_storeName, makeStore) => {
     describe('an invalid answer, a throw or a rejection: error handling, onError, nothing counted, the route never runs', () => {
       test.each(invalidCases())('%s', async (_what, options, expected) => {
         const onError = jest.fn();
-        const app = await start({ ...options(), identify: () => 'client', onError });
+        // A long timeoutMs: onError must see this error alone, not a store call slowed by a loaded machine.
+        const app = await start({ ...options(), identify: () => 'client', onError, timeoutMs: 10_000 });
         const failed = await app.send({ 'x-bad': '1' });
         expect(failed.status).toBe(500);
         expect(failed.headers['x-ratelimit-limit']).toBeUndefined();

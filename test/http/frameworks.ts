@@ -1,8 +1,10 @@
 /**
  * Shared by the test files of test/http/ that run one scenario through every adapter:
  * Express 5, Express 4 (the `express4` alias), the Fastify plugin's own options, a
- * Fastify route's `config.rateLimit`, and Hono middleware on @hono/node-server (its options'
- * functions get a view of the context with the fields the tests read, `headers`, `ip`...). Each app listens on a real socket (127.0.0.1, so
+ * Fastify route's `config.rateLimit`, Hono middleware on @hono/node-server (its options'
+ * functions get a view of the context with the fields the tests read, `headers`, `ip`...), and
+ * Koa 3 and Koa 2 (the `koa2` alias) middleware on an @koa/router route (a Koa context is such a
+ * request as it is; its response is read as `ctx.status`). Each app listens on a real socket (127.0.0.1, so
  * `byIp()` sees `ip:127.0.0.1`), its route counts the requests that got past the limiter,
  * and its error handling records what reached it; it is closed after the test that started it.
  * Not a test file itself.
@@ -11,10 +13,12 @@ import http, { type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { runInThisContext } from 'node:vm';
 import { type HttpBindings, serve } from '@hono/node-server';
+import Router from '@koa/router';
 import express5, { type NextFunction, type Request, type Response } from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { type Context, Hono } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import Koa3, { type Context as KoaContext } from 'koa';
 import request from 'supertest';
 import { type CheckOptions, createLimiter, type Decision, type Limiter, type RequestLike, type Store } from '../../src';
 import type { Awaitable } from '../../src/async';
@@ -22,9 +26,12 @@ import * as expressAdapter from '../../src/express';
 import * as fastifyAdapter from '../../src/fastify';
 import * as honoAdapter from '../../src/hono';
 import type { HttpOptions } from '../../src/http/http-options';
+import * as koaAdapter from '../../src/koa';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const express4 = require('express4') as typeof express5;
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const Koa2 = require('koa2') as typeof Koa3;
 
 /** What the tests' option functions may read of a request, in both frameworks. */
 export type TestRequest = RequestLike & { method?: string; url?: string };
@@ -49,7 +56,7 @@ export interface Setup {
   /** The prefix the limiter under test counts in. */
   prefix: string;
   route?: Route;
-  /** Express's `trust proxy` setting / Fastify's `trustProxy` option; unset by default. */
+  /** Express's `trust proxy` setting / Fastify's `trustProxy` option / Koa's `app.proxy`; unset by default. */
   trustProxy?: boolean;
   /** Other builds of the adapters (e.g. loaded by `jest.isolateModules`). */
   adapters?: { express: typeof expressAdapter; fastify: typeof fastifyAdapter; hono?: typeof honoAdapter };
@@ -261,6 +268,52 @@ function honoFramework(name: string): Framework {
   };
 }
 
+/** The tests' options with the functions of a response handed `{ statusCode: ctx.status }`; a Koa context is a TestRequest as it is. */
+function koaOptions(options: TestOptions): koaAdapter.KoaRateLimitOptions {
+  const converted: Record<string, unknown> = { ...options };
+  const response = (ctx: KoaContext): TestResponse => ({ statusCode: ctx.status });
+  const { requestWasSuccessful, costAfter } = options;
+  if (requestWasSuccessful) converted.requestWasSuccessful = (ctx: KoaContext) => requestWasSuccessful(ctx, response(ctx));
+  if (costAfter) converted.costAfter = (ctx: KoaContext, _: KoaContext, finished: boolean) => costAfter(ctx, response(ctx), finished);
+  return converted as koaAdapter.KoaRateLimitOptions;
+}
+
+function koaFramework(name: string, Koa: typeof Koa3): Framework {
+  return {
+    name,
+    async start(options, setup) {
+      const { route = {} } = setup;
+      const middleware = koaAdapter.rateLimit({ store: setup.store, clock: setup.clock, prefix: setup.prefix, ...koaOptions(options) });
+      let hits = 0;
+      const errors: unknown[] = [];
+      const app = new Koa();
+      if (setup.trustProxy !== undefined) app.proxy = setup.trustProxy;
+      app.use(async (ctx, next) => {
+        try {
+          await next();
+        } catch (error) {
+          errors.push(error);
+          ctx.status = 500;
+          ctx.body = `error: ${messageOf(error)}`;
+        }
+      });
+      const router = new Router();
+      const handler = async (ctx: KoaContext) => {
+        hits++;
+        const answer = await route.handle?.(ctx, ctx.res);
+        ctx.status = answer?.status ?? 200;
+        ctx.body = answer?.body ?? 'ok';
+      };
+      if (route.method === 'POST') router.post(route.path ?? '/', middleware, handler);
+      else router.get(route.path ?? '/', middleware, handler);
+      app.use(router.routes());
+      const server = http.createServer(app.callback());
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      return serving(server, route, () => hits, errors, middleware.limiter);
+    },
+  };
+}
+
 /** The App of a Node HTTP server listening on loopback, closed with every test's apps. */
 function serving(server: http.Server, route: Route, hits: () => number, errors: unknown[], limiter: Pick<Limiter, 'peek'>): App {
   const port = (server.address() as AddressInfo).port;
@@ -291,6 +344,8 @@ const FRAMEWORKS: readonly Framework[] = [
   fastifyFramework('Fastify plugin options', 'plugin'),
   fastifyFramework('Fastify route config.rateLimit', 'route'),
   honoFramework('Hono on @hono/node-server'),
+  koaFramework('Koa 3 with @koa/router', Koa3),
+  koaFramework('Koa 2 with @koa/router', Koa2),
 ];
 
 /** The frameworks as `describe.each` rows: [name, framework]. */

@@ -33,6 +33,9 @@ const EXPECTED_RETRY_AFTER: Record<AlgorithmName, number> = {
   'sliding-log': 59,
   // a unit comes back every 20 s: the bucket, full at START + 60 s, has room for one at START + 20 s
   'token-bucket': 19,
+  // the 10 ms bucket at START holds 3 units, taken as spread over it: 1 is left (room for one) once
+  // 2/3 of the bucket has left the window, at START + 60 s + 6 ms, 59.006 s after START + 1 s
+  'precise-window': 60,
 };
 
 type Get = (url: string) => Promise<request.Response>;

@@ -5,12 +5,19 @@
  *
  * - `full`: with express, fastify, ioredis and their types: all three entries type-checked
  *   with module nodenext and with moduleResolution bundler, and a RedisStore over ioredis;
- * - `bare`: the tarball alone, as a MemoryStore user installs it (ratewarden/hono loads there too);
+ * - `bare`: the tarball alone, as a MemoryStore user installs it (ratewarden/hono and ratewarden/koa
+ *   load there too);
  * - `redis`: with node-redis (`redis`) and @types/node, without ioredis: a RedisStore over a
  *   node-redis client and cluster, made and type-checked;
+ * - `valkey`: with Valkey GLIDE, iovalkey and @types/node, without ioredis and node-redis:
+ *   RedisStores over their standalone and cluster clients, made and type-checked;
  * - `frameworks`: with NestJS 12 (ES modules only, which Jest cannot load) and @nestjs/throttler 6,
- *   Hono and @hono/node-server, @opentelemetry/api and sdk-metrics 2.x: a Nest 12 app with the
- *   throttler storage, a Hono app with metrics, both on real sockets, and their types checked.
+ *   Hono and @hono/node-server, Koa and @koa/router, @opentelemetry/api and sdk-metrics 2.x: a
+ *   Nest 12 app with the throttler storage, a Hono app with metrics, a Koa app, all on real
+ *   sockets, and their types checked.
+ *
+ * The main entry's module graph (dist/index.mjs, dist/index.cjs and the chunks they load) is read
+ * for the packages it imports: none of the optional peers.
  *
  * npm installs from its cache when it can (`--prefer-offline`), asking for the versions
  * installed in this repository. The scripts and type checks of a project start as soon as
@@ -42,6 +49,10 @@ const PROJECTS = {
   full: ['ioredis', 'express', '@types/express', 'fastify', '@types/node'],
   bare: [],
   redis: ['redis', '@types/node'],
+  valkey: ['@valkey/valkey-glide', 'iovalkey', '@types/node'],
+  // Koa apart from NestJS 12: its Express 5 hoists content-disposition 2, whose own types lack the
+  // Options that @types/koa reads from @types/content-disposition (skipLibCheck false fails there).
+  koa: ['koa', '@koa/router', '@types/koa', '@types/node'],
   frameworks: [
     '@nestjs/common@12',
     '@nestjs/core@12',
@@ -78,9 +89,17 @@ const TSCONFIGS = {
     compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
     files: ['node-redis.ts', 'node-redis.cts'],
   },
+  valkey: {
+    compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
+    files: ['valkey.ts'],
+  },
   frameworks: {
     compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext', experimentalDecorators: true },
     files: ['frameworks.ts'],
+  },
+  koa: {
+    compilerOptions: { ...COMPILER_OPTIONS, module: 'nodenext', moduleResolution: 'nodenext' },
+    files: ['koa.ts'],
   },
 };
 type TsConfig = keyof typeof TSCONFIGS;
@@ -95,12 +114,23 @@ interface Result {
  * Runs a command to its end, killed after 90 s; never rejects. The `npm_*` variables that
  * `npm test` sets are left out, so that an npm started here sees only the project it runs in.
  */
+/**
+ * The longest any one command may take (an install, a type check): generous, since five projects
+ * install and type-check at once and a shared machine can slow them down several times over.
+ */
+const COMMAND_TIMEOUT_MS = 240_000;
+
 function run(command: string, args: string[], cwd: string): Promise<Result> {
   const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !/^npm_/i.test(key) && key !== 'INIT_CWD'));
   return new Promise((done) => {
-    execFile(command, args, { cwd, env, maxBuffer: 64 * 1024 * 1024, timeout: 90_000, killSignal: 'SIGKILL' }, (error, stdout, stderr) => {
-      done({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout, stderr });
-    });
+    execFile(
+      command,
+      args,
+      { cwd, env, maxBuffer: 64 * 1024 * 1024, timeout: COMMAND_TIMEOUT_MS, killSignal: 'SIGKILL' },
+      (error, stdout, stderr) => {
+        done({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -172,6 +202,36 @@ function located(error: string): string {
   return match ? `${match[1]}:${match[2]} ${match[3]}` : error;
 }
 
+/**
+ * The modules a built file imports: its static imports and re-exports (each on a line of its own
+ * in rollup's output), its `import(...)` and its `require(...)`.
+ */
+function specifiersOf(file: string): string[] {
+  const code = readFileSync(file, 'utf8');
+  const patterns = [
+    /^(?:import|export)\b[^;]*?\bfrom\s*['"]([^'"]+)['"]/gm,
+    /^import\s*['"]([^'"]+)['"]/gm,
+    /\b(?:import|require)\(\s*['"]([^'"]+)['"]\s*\)/g,
+  ];
+  return patterns.flatMap((pattern) => [...code.matchAll(pattern)].map((match) => match[1]));
+}
+
+/** The packages (and `node:` modules) imported by `file` and by the files of the package it loads, sorted. */
+function packagesImportedBy(file: string): string[] {
+  const packages = new Set<string>();
+  const seen = new Set<string>();
+  const queue = [file];
+  for (let next = queue.pop(); next !== undefined; next = queue.pop()) {
+    if (seen.has(next)) continue;
+    seen.add(next);
+    for (const specifier of specifiersOf(next)) {
+      if (specifier.startsWith('.')) queue.push(resolve(next, '..', specifier));
+      else packages.add(specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]);
+    }
+  }
+  return [...packages].sort();
+}
+
 describe('the packed tarball, installed with npm', () => {
   let work: string;
   const projects = {} as Record<Project, string>;
@@ -197,23 +257,33 @@ describe('the packed tarball, installed with npm', () => {
         if (project === 'full') {
           for (const file of ['ioredis.mjs', 'ioredis.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
           for (const tsconfig of ['nodenext', 'bundler'] as const) typeChecks[`${project}/${tsconfig}`] = start(typeCheck(dir, tsconfig));
-        } else {
+        } else if (project !== 'valkey') {
+          // (The valkey project type-checks its own file instead: one compiler less in this hook.)
           typeChecks[`${project}/memory`] = start(typeCheck(dir, 'memory'));
         }
         if (project === 'frameworks') {
           for (const file of ['nest12.mjs', 'hono.mjs', 'hono.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
           typeChecks[`${project}/frameworks`] = start(typeCheck(dir, 'frameworks'));
         }
-        if (project === 'bare') scripts['bare/hono-alone.mjs'] = start(runScript(dir, 'hono-alone.mjs'));
+        if (project === 'koa') {
+          scripts['koa/koa.mjs'] = start(runScript(dir, 'koa.mjs'));
+          typeChecks['koa/koa'] = start(typeCheck(dir, 'koa'));
+        }
+        if (project === 'bare')
+          for (const file of ['hono-alone.mjs', 'koa-alone.mjs']) scripts[`bare/${file}`] = start(runScript(dir, file));
         if (project === 'redis') {
           for (const file of ['node-redis.mjs', 'node-redis.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
           typeChecks[`${project}/noderedis`] = start(typeCheck(dir, 'noderedis'));
+        }
+        if (project === 'valkey') {
+          for (const file of ['valkey.mjs', 'valkey.cjs']) scripts[`${project}/${file}`] = start(runScript(dir, file));
+          typeChecks[`${project}/valkey`] = start(typeCheck(dir, 'valkey'));
         }
       }),
     );
     // Waited for here, under this hook's timeout, rather than under each test's.
     await Promise.allSettled([...Object.values(scripts), ...Object.values(typeChecks)]);
-  }, 120_000);
+  }, 2 * COMMAND_TIMEOUT_MS);
 
   afterAll(() => {
     if (work) rmSync(work, { recursive: true, force: true });
@@ -233,10 +303,13 @@ describe('the packed tarball, installed with npm', () => {
     const peers = [
       'ioredis',
       'redis',
+      '@valkey/valkey-glide',
+      'iovalkey',
       'express',
       'fastify',
       'hono',
       '@hono/node-server',
+      'koa',
       '@nestjs/throttler',
       '@nestjs/common',
       '@opentelemetry/api',
@@ -299,8 +372,36 @@ describe('the packed tarball, installed with npm', () => {
     expect(await scripts['bare/hono-alone.mjs']).toEqual({ esm: 'function', cjs: 'function' });
   });
 
+  test('ratewarden/koa loads without koa installed, from import and require', async () => {
+    expect(await scripts['bare/koa-alone.mjs']).toEqual({ esm: 'function', cjs: 'function' });
+  });
+
+  test('Koa with @koa/router: the IP of the connection on ctx.state, a 429 with an exact Retry-After', async () => {
+    expect(await scripts['koa/koa.mjs']).toEqual({ identifier: 'ip:127.0.0.1', denied: [429, '120'] });
+  });
+
+  test.each(['index.mjs', 'index.cjs'])(
+    'the main entry (%s) and the chunks it loads import no optional peer (a Redis or Valkey client, koa...)',
+    (file) => {
+      const { peerDependencies } = JSON.parse(readFileSync(installed('bare', 'package.json'), 'utf8')) as {
+        peerDependencies: Record<string, string>;
+      };
+      const imported = packagesImportedBy(installed('bare', 'dist', file));
+      expect(imported.filter((name) => name in peerDependencies)).toEqual([]);
+      // What it does import: Node's own modules only (node:crypto by the chunks it loads, so the walk reached them).
+      expect(imported.filter((name) => !name.startsWith('node:'))).toEqual([]);
+      expect(imported).toContain('node:crypto');
+    },
+  );
+
   test('require gets the CommonJS builds of ratewarden/hono and ratewarden/nestjs', async () => {
     expect(await scripts['frameworks/hono.cjs']).toEqual({ rateLimit: 'function', byIp: true, storage: 'function', sameMemoryStore: true });
+  });
+
+  test('Koa and @koa/router types: ratewarden/koa type-checks (skipLibCheck false)', async () => {
+    const check = await typeChecks['koa/koa'];
+    expect(check.errors).toEqual([]);
+    expect(check.files).toEqual(expect.arrayContaining([installed('koa', 'dist', 'koa.d.mts')]));
   });
 
   test('NestJS 12, @nestjs/throttler, Hono and OpenTelemetry types: the new entries type-check (skipLibCheck false)', async () => {
@@ -321,6 +422,23 @@ describe('the packed tarball, installed with npm', () => {
       expect(await scripts[`redis/${file}`]).toEqual({ redisStore: true, clusterStore: true, refused: 'SWL_STORE_UNAVAILABLE' });
     },
   );
+
+  test.each(['valkey.mjs', 'valkey.cjs'])(
+    'with Valkey GLIDE and iovalkey installed, and neither ioredis nor node-redis, %s makes RedisStores over their clients',
+    async (file) => {
+      expect(await scripts[`valkey/${file}`]).toEqual(
+        file.endsWith('.mjs')
+          ? { stores: [true, true, true, true], sharded: [false, true, false, true] }
+          : { stores: [true, true], sharded: [false, false] },
+      );
+    },
+  );
+
+  test('with Valkey GLIDE and iovalkey installed, RedisStores over their clients type-check (skipLibCheck false)', async () => {
+    const check = await typeChecks['valkey/valkey'];
+    expect(check.errors).toEqual([]);
+    expect(check.files).toEqual(expect.arrayContaining([installed('valkey', 'dist', 'index.d.mts')]));
+  });
 
   test('with node-redis installed and not ioredis, RedisStores over createClient() and createCluster() type-check (skipLibCheck false)', async () => {
     const check = await typeChecks['redis/noderedis'];

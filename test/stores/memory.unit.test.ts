@@ -19,7 +19,16 @@ function boundedLimiter(maxKeys: number, limit: number) {
 /** Counts one unit for `key` at `now` straight through the store, in a sliding window of 10 per second. */
 function countOneSecond(store: MemoryStore, key: string, now: number) {
   const tiers = [{ limit: 10, window: 1_000 }];
-  return store.check(ALGORITHMS['sliding-window'], key, { now, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers });
+  return store.check(ALGORITHMS['sliding-window'], key, {
+    now,
+    cost: 1,
+    dryRun: false,
+    blockFor: 0,
+    countedAt: 0,
+    actualCost: 0,
+    tiers,
+    precision: 1,
+  });
 }
 
 describe('MemoryStore boundedness', () => {
@@ -28,7 +37,16 @@ describe('MemoryStore boundedness', () => {
   test('1,000,000 distinct identifiers keep size <= maxKeys, fast', async () => {
     const store = new MemoryStore({ sweepIntervalMs: 0 });
     expect(store.maxKeys).toBe(100_000);
-    const check = { now: START, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers: [{ limit: 10, window: 60_000 }] };
+    const check = {
+      now: START,
+      cost: 1,
+      dryRun: false,
+      blockFor: 0,
+      countedAt: 0,
+      actualCost: 0,
+      tiers: [{ limit: 10, window: 60_000 }],
+      precision: 1,
+    };
     let maxSize = 0;
     for (let i = 0; i < 1_000_000; i++) {
       void store.check(ALGORITHMS['sliding-window'], `id${i}`, check);

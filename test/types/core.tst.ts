@@ -96,7 +96,7 @@ describe('createLimiter', () => {
 
   test('algorithm accepts only the algorithm names', () => {
     expect<LimiterOptions['algorithm']>().type.toBe<AlgorithmName | undefined>();
-    expect<AlgorithmName>().type.toBe<'sliding-window' | 'fixed-window' | 'sliding-log' | 'token-bucket'>();
+    expect<AlgorithmName>().type.toBe<'sliding-window' | 'fixed-window' | 'sliding-log' | 'token-bucket' | 'precise-window'>();
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'sliding-window' });
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'fixed-window' });
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'sliding-log' });
@@ -107,6 +107,9 @@ describe('createLimiter', () => {
     expect<Limiter['afterBlock']>().type.toBe<AfterBlock>();
     expect(createLimiter).type.not.toBeCallableWith({ shadow: 'yes' });
     expect(createLimiter).type.toBeCallableWith({ algorithm: 'token-bucket' });
+    expect(createLimiter).type.toBeCallableWith({ algorithm: 'precise-window', precision: 600 });
+    expect(createLimiter).type.not.toBeCallableWith({ algorithm: 'precise-window', precision: '600' });
+    expect<Limiter['precision']>().type.toBe<number>();
     expect(createLimiter).type.not.toBeCallableWith({ algorithm: 'leaky-bucket' });
     expect(createLimiter).type.not.toBeCallableWith({ algorithm: 'Sliding-Window' });
     const name: string = 'sliding-window';

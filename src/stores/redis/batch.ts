@@ -32,6 +32,12 @@ export interface ClusterRouting {
   nodeOf(slot: number): ClusterNode | undefined;
   /** Runs a check script's node batch on `node` (ARGV from `batchArgv` with keys, prefixed). */
   runOnNode(node: ClusterNode, script: CheckScript, argv: readonly string[]): Promise<unknown>;
+  /**
+   * Told when a node batch held checks its node does not serve: the slot map {@link nodeOf} reads
+   * is behind the cluster's. For an adapter that keeps its own map; a client's own map follows
+   * the `MOVED` answers of the checks sent again.
+   */
+  mapStale?(): void;
 }
 
 /**
@@ -202,6 +208,7 @@ export class CheckBatcher {
           }
           answer(entry, text);
         });
+        if (elsewhere.length > 0) cluster.mapStale?.();
         if (elsewhere.length === group.length) this.nodeBatchesPausedUntil = Date.now() + NODE_BATCH_PAUSE_MS;
         // Sent again through the client's routing, which follows MOVED and ASK.
         for (const ofSlot of groupBySlot(elsewhere)) this.send(script, ofSlot);
@@ -280,6 +287,7 @@ export class RepeatedCheckArgv {
   private cost = 0;
   private dryRun = false;
   private blockFor = 0;
+  private precision = 0;
   private blockResets: boolean | undefined = undefined;
   /** A copy of the tiers of `last`: compared by value, since a tiers array could be changed in place. */
   private tiers: readonly Tier[] = [];
@@ -291,6 +299,7 @@ export class RepeatedCheckArgv {
       call.cost === this.cost &&
       call.dryRun === this.dryRun &&
       call.blockFor === this.blockFor &&
+      call.precision === this.precision &&
       call.blockResets === this.blockResets &&
       sameTiers(call.tiers, this.tiers)
     ) {
@@ -301,6 +310,7 @@ export class RepeatedCheckArgv {
     this.cost = call.cost;
     this.dryRun = call.dryRun;
     this.blockFor = call.blockFor;
+    this.precision = call.precision;
     this.blockResets = call.blockResets;
     this.tiers = call.tiers.map(({ limit, window }) => ({ limit, window }));
     return argv;

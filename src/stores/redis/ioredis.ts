@@ -11,7 +11,6 @@ import type { ClusterNode, ClusterRouting } from './batch';
 import { MemoryPolicies } from './memory-policy';
 import {
   type ClientHooks,
-  type Emitter,
   evalScript,
   packageScriptKind,
   type RedisClientAdapter,
@@ -96,7 +95,7 @@ function readMemoryPolicies(client: IoredisClient, policies: MemoryPolicies): vo
  */
 export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
   const readiness = { event: 'ready', now: client.status === 'ready' };
-  const { state, release } = sharedState(client as unknown as Emitter, readiness, (hooks) => stateOf(client, hooks));
+  const { state, release } = sharedState(client, (hooks) => stateOf(client, hooks), readiness);
   const { hooks } = state;
   return {
     // ioredis queues commands while disconnected and replays them on reconnect, so a check

@@ -10,15 +10,7 @@ import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError } from '../../errors';
 import type { ClusterNode, ClusterRouting } from './batch';
 import { MemoryPolicies } from './memory-policy';
-import {
-  type ClientHooks,
-  type Emitter,
-  evalScript,
-  type RedisClientAdapter,
-  rethrowStoreFailure,
-  sharedState,
-  storeFailure,
-} from './redis-client';
+import { type ClientHooks, evalScript, type RedisClientAdapter, rethrowStoreFailure, sharedState, storeFailure } from './redis-client';
 
 /** Why a node-redis client that is not open refuses a check: most often, connect() was never awaited. */
 function closed(client: string): string {
@@ -182,20 +174,24 @@ const SENTINEL_EPOCH_MS = 100;
  */
 export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClientAdapter {
   const readiness = { event: 'ready', now: sentinel.isReady };
-  const { state, release } = sharedState(sentinel as unknown as Emitter, readiness, (hooks) => {
-    const epoch = new ConnectionEpoch<NodeRedisCommandOptions>(STANDALONE);
-    const policies = new MemoryPolicies();
-    const readPolicy = () => policies.read(() => sentinel.sendCommand(false, ['INFO'], STANDALONE));
-    hooks.on('reconnecting', () => epoch.renew());
-    hooks.on('topology-change', () => {
-      epoch.renew();
-      readPolicy();
-    });
-    hooks.on('ready', readPolicy);
-    if (sentinel.isReady) readPolicy();
-    hooks.every(SENTINEL_EPOCH_MS, () => epoch.renew());
-    return { epoch, hooks };
-  });
+  const { state, release } = sharedState(
+    sentinel,
+    (hooks) => {
+      const epoch = new ConnectionEpoch<NodeRedisCommandOptions>(STANDALONE);
+      const policies = new MemoryPolicies();
+      const readPolicy = () => policies.read(() => sentinel.sendCommand(false, ['INFO'], STANDALONE));
+      hooks.on('reconnecting', () => epoch.renew());
+      hooks.on('topology-change', () => {
+        epoch.renew();
+        readPolicy();
+      });
+      hooks.on('ready', readPolicy);
+      if (sentinel.isReady) readPolicy();
+      hooks.every(SENTINEL_EPOCH_MS, () => epoch.renew());
+      return { epoch, hooks };
+    },
+    readiness,
+  );
   const { epoch } = state;
   const evaluate = (lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> => {
     const rest = [String(keys.length), ...keys];
@@ -234,7 +230,7 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
   const cluster = isNodeRedisCluster(client);
   // A client emits `ready` once it can take commands; a cluster, `connect`.
   const readiness = { event: cluster ? 'connect' : 'ready', now: readyNow(client) };
-  const { state, release } = sharedState(client as unknown as Emitter, readiness, (hooks) => stateOf(client, cluster, hooks));
+  const { state, release } = sharedState(client, (hooks) => stateOf(client, cluster, hooks), readiness);
   const { baseOptions, epoch, hooks } = state;
   const send: Send = cluster
     ? (key, args, options) => (client as NodeRedisCluster).sendCommand(key, false, args, options)

@@ -2,7 +2,7 @@
  * What a {@link RedisStore} needs of a Redis client, and what every client adapter shares: the
  * scripts' SHA-1s, the `EVALSHA`-then-`EVAL` fallback, the listeners and timers made on a client
  * (removed when its stores close), and the coding of failures. One small adapter per client kind
- * (ioredis.ts, node-redis.ts) implements the rest, so the store logic is written once.
+ * (ioredis.ts, node-redis.ts, glide.ts) implements the rest, so the store logic is written once.
  */
 import { createHash } from 'node:crypto';
 import { ALGORITHMS } from '../../algorithms';
@@ -40,11 +40,24 @@ export interface RedisClientAdapter {
 }
 
 /** What the adapters listen to on a client: any of the clients' event emitters. */
-export interface Emitter {
+interface Emitter {
   on(event: string, listener: (...args: never[]) => void): unknown;
   off?(event: string, listener: (...args: never[]) => void): unknown;
   removeListener?(event: string, listener: (...args: never[]) => void): unknown;
 }
+
+function isEmitter(client: object): client is Emitter {
+  return typeof (client as Partial<Emitter>).on === 'function';
+}
+
+/** How a client tells it can take commands: the event it emits then, and whether it can now. */
+export interface Readiness {
+  readonly event: string;
+  readonly now: boolean;
+}
+
+/** A client ready when its first store comes, as a Valkey GLIDE client is once created. */
+const ALWAYS_READY: Readiness = { event: 'ready', now: true };
 
 /**
  * The listeners and timers the stores on one client made on it, made once however many stores
@@ -52,29 +65,36 @@ export interface Emitter {
  */
 export class ClientHooks {
   private readonly undo: (() => void)[] = [];
-  /** Ready events seen: connections (re)made. The limiter's circuit breaker probes at once after one. */
+  /**
+   * Connections (re)made: ready events seen, on a client that emits them; an adapter whose
+   * client emits none counts them itself. The limiter's circuit breaker probes at once after one.
+   */
   connectionsMade = 0;
   /** Whether the client was ever ready: when the first store came, or since. */
   everReady: boolean;
   /** Calls waiting for the client's first connection (see `RedisClientAdapter.whenConnected`). */
   private readonly waiting = new Set<() => void>();
 
-  /** `readyEvent`: what the client emits once it can take commands; `readyNow`: whether it already can. */
+  /**
+   * `client`: an event emitter, or a client that emits nothing (Valkey GLIDE): then {@link on} is
+   * not called. `readiness`: the event it emits once it can take commands, and whether it can now.
+   */
   constructor(
-    private readonly client: Emitter,
-    readyEvent: string,
-    readyNow: boolean,
+    private readonly client: object,
+    readiness: Readiness = ALWAYS_READY,
   ) {
-    this.everReady = readyNow;
-    this.on(readyEvent, () => {
-      this.connectionsMade++;
-      this.everReady = true;
-      if (this.waiting.size === 0) return;
-      const connected = [...this.waiting];
-      this.waiting.clear();
-      // On the next tick: what a waiting call runs must not throw into the client's own event.
-      process.nextTick(() => callEach(connected, (go) => go()));
-    });
+    this.everReady = readiness.now;
+    if (isEmitter(client)) {
+      this.on(readiness.event, () => {
+        this.connectionsMade++;
+        this.everReady = true;
+        if (this.waiting.size === 0) return;
+        const connected = [...this.waiting];
+        this.waiting.clear();
+        // On the next tick: what a waiting call runs must not throw into the client's own event.
+        process.nextTick(() => callEach(connected, (go) => go()));
+      });
+    }
   }
 
   /** Calls `connected` at the client's next ready event; answers a function that stops waiting. */
@@ -86,9 +106,14 @@ export class ClientHooks {
   }
 
   on(event: string, listener: (...args: never[]) => void): void {
-    const { client } = this;
+    const client = this.client as Emitter;
     client.on(event, listener);
     this.undo.push(() => (client.off ?? client.removeListener)?.call(client, event, listener));
+  }
+
+  /** Calls `undo` when the last store on the client is closed (to stop what an adapter runs for the client). */
+  onRemove(undo: () => void): void {
+    this.undo.push(undo);
   }
 
   /** Calls `tick` every `ms` (a timer that does not hold the process open). */
@@ -112,24 +137,19 @@ interface Shared {
 /** Per client: the state its adapter keeps, shared by the stores on it (state that belongs to the client). */
 const sharedByClient = new WeakMap<object, Shared>();
 
-/** How a client tells it can take commands: the event it emits then, and whether it can now. */
-export interface Readiness {
-  readonly event: string;
-  readonly now: boolean;
-}
-
 /**
  * The state an adapter keeps for `client`, made by `make` (with the client's hooks) for the first
  * store on it; `release` is that store's part of closing: the last one removes the hooks.
+ * `readiness`: how the client tells it can take commands (by default, ready from the start).
  */
 export function sharedState<State>(
-  client: Emitter,
-  readiness: Readiness,
+  client: object,
   make: (hooks: ClientHooks) => State,
+  readiness?: Readiness,
 ): { readonly state: State; release(): void } {
   let shared = sharedByClient.get(client);
   if (shared === undefined) {
-    const hooks = new ClientHooks(client, readiness.event, readiness.now);
+    const hooks = new ClientHooks(client, readiness);
     shared = { state: make(hooks), hooks, stores: 0 };
     sharedByClient.set(client, shared);
   }
@@ -203,8 +223,12 @@ export function evalScript(
   });
 }
 
-/** Redis answered that it does not hold the script (after a restart or `SCRIPT FLUSH`). */
+/**
+ * Redis answered that it does not hold the script (after a restart or `SCRIPT FLUSH`): the
+ * client's own error, or a {@link StoreError} an adapter already made of it.
+ */
 function isNoScript(error: unknown): boolean {
+  if (error instanceof StoreError) return error.reply === 'NOSCRIPT';
   return error instanceof Error && error.message.startsWith('NOSCRIPT');
 }
 

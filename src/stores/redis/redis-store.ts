@@ -5,6 +5,7 @@ import { type ScriptCall, scriptArgv } from '../../protocol';
 import { checkOptions, keysOf } from '../../validate';
 import type { CallbackStore } from '../types';
 import { CheckBatcher, RepeatedCheckArgv } from './batch';
+import { type GlideClient, type GlideClusterClient, glideAdapter, isGlideClient } from './glide';
 import { type IoredisClient, ioredisAdapter, isIoredisClient } from './ioredis';
 import {
   isNodeRedisClient,
@@ -19,8 +20,8 @@ import {
 } from './node-redis';
 import { type RedisClientAdapter, storeFailure } from './redis-client';
 
-/** A Redis client a {@link RedisStore} runs on: ioredis (or an API-compatible fork) or node-redis. */
-export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster | NodeRedisSentinel;
+/** A Redis client a {@link RedisStore} runs on: ioredis (or an API-compatible fork such as iovalkey), node-redis or Valkey GLIDE. */
+export type RedisStoreClient = IoredisClient | NodeRedisClient | NodeRedisCluster | NodeRedisSentinel | GlideClient | GlideClusterClient;
 
 /** Options of {@link RedisStore}. */
 export interface RedisStoreOptions {
@@ -32,12 +33,14 @@ export interface RedisStoreOptions {
    *   and `maxRetriesPerRequest: 1`;
    * - a node-redis (`redis` 5 or 6) client from `createClient()` or cluster from
    *   `createCluster()`, with `connect()` called (awaited or not); create it with
-   *   `disableOfflineQueue: true` (a cluster: `defaults: { disableOfflineQueue: true }`).
+   *   `disableOfflineQueue: true` (a cluster: `defaults: { disableOfflineQueue: true }`);
+   * - a Valkey GLIDE (`@valkey/valkey-glide`) `GlideClient` or `GlideClusterClient`; create it
+   *   with a `requestTimeout` no longer than the limiter's `timeoutMs`.
    *
-   * A check made while the client makes its first connection waits for it, up to the limiter's
-   * `timeoutMs`.
+   * A check made while an ioredis or node-redis client makes its first connection waits for it,
+   * up to the limiter's `timeoutMs`.
    *
-   * See docs/redis.md.
+   * See docs/redis.md and docs/valkey.md.
    */
   client: RedisStoreClient;
 }
@@ -45,7 +48,8 @@ export interface RedisStoreOptions {
 const OPTIONS = keysOf<RedisStoreOptions>({ client: true });
 
 /**
- * Keeps rate-limit state in Redis (standalone or Cluster), through ioredis or node-redis. Each
+ * Keeps rate-limit state in Redis or Valkey (standalone or Cluster), through ioredis (or
+ * iovalkey), node-redis or Valkey GLIDE. Each
  * check is one `EVALSHA` of the algorithm's script, falling back to `EVAL` when Redis answers
  * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`); the checks started in one event-loop turn share
  * one `EVALSHA` of the batch script (on a Cluster, one per master). Each identifier is one key, so
@@ -63,7 +67,13 @@ export class RedisStore implements CallbackStore {
   private closed = false;
 
   constructor(options: RedisStoreOptions) {
-    if (isIoredisClient(options) || isNodeRedisClient(options) || isNodeRedisCluster(options) || isNodeRedisSentinel(options)) {
+    if (
+      isIoredisClient(options) ||
+      isNodeRedisClient(options) ||
+      isNodeRedisCluster(options) ||
+      isNodeRedisSentinel(options) ||
+      isGlideClient(options)
+    ) {
       throw new OptionError(
         'SWL_INVALID_OPTIONS',
         'options: RedisStore takes an options object: pass { client }, as in new RedisStore({ client })',
@@ -88,6 +98,7 @@ export class RedisStore implements CallbackStore {
               keyPrefix: routing.keyPrefix,
               nodeOf: (slot) => routing.nodeOf(slot),
               runOnNode: (node, script, argv) => whenAvailable(this.unavailable, () => routing.runOnNode(node, script, argv)),
+              mapStale: () => routing.mapStale?.(),
             },
     });
   }
@@ -178,6 +189,7 @@ function whenAvailable(whyUnavailable: () => string | undefined, send: () => Pro
 
 function adapterFor(client: unknown): RedisClientAdapter {
   if (isIoredisClient(client)) return ioredisAdapter(client);
+  if (isGlideClient(client)) return glideAdapter(client);
   if (isNodeRedisSentinel(client)) return nodeRedisSentinelAdapter(client);
   if (isNodeRedisCluster(client) || isNodeRedisClient(client)) {
     const unsupported = unsupportedNodeRedis(client);
@@ -186,6 +198,6 @@ function adapterFor(client: unknown): RedisClientAdapter {
   }
   throw new OptionError(
     'SWL_INVALID_STORE',
-    'client: must be an ioredis Redis or Cluster, or a node-redis client (createClient) or cluster (createCluster)',
+    'client: must be an ioredis (or iovalkey) Redis or Cluster, a node-redis client (createClient) or cluster (createCluster), or a Valkey GLIDE GlideClient or GlideClusterClient',
   );
 }

@@ -19,7 +19,7 @@ function call(
   blockFor: number,
   tiers: readonly { limit: number; window: number }[],
 ): ScriptCall {
-  return { now, cost, dryRun, blockFor, countedAt: 0, actualCost: 0, tiers };
+  return { now, cost, dryRun, blockFor, countedAt: 0, actualCost: 0, tiers, precision: 1 };
 }
 
 describe('RepeatedCheckArgv', () => {

@@ -1,8 +1,8 @@
 /**
- * Redis Cluster: every algorithm works through an ioredis Cluster and a node-redis cluster
- * client, one identifier is one key (so one slot, whatever the tiers), and identifiers with
+ * Redis Cluster: every algorithm works through the cluster client of each library (ioredis,
+ * node-redis, iovalkey, GLIDE), one identifier is one key (so one slot, whatever the tiers), and identifiers with
  * braces, which Cluster reads as hash tags, still work and keep their own counters. An ioredis
- * Cluster inspects the nodes in both cases.
+ * Cluster inspects the nodes in every case.
  */
 import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
@@ -140,8 +140,9 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
         for (const id of ids) {
           const decision = await limiter.check(id);
           expect(decision.allowed).toBe(true);
-          // Two counted (a token bucket on Redis's real clock has drained a sliver since the first).
-          expect(decision.estimated).toBeCloseTo(2, 3);
+          // Two counted (a token bucket on Redis's real clock has drained a sliver since the first, more
+          // on a loaded machine: 1.9993 after a second).
+          expect(decision.estimated).toBeCloseTo(2, 2);
         }
       }
     });

@@ -1,7 +1,7 @@
 /**
  * Concurrency on Redis with its own clock (no injected clock): the check-and-count is
  * one atomic script, so parallel checks never overshoot, from one connection or many,
- * through ioredis and node-redis alike.
+ * through every client library alike.
  */
 import { createLimiter, RedisStore } from '../../../src';
 import { ALGORITHM_NAMES } from '../../../src/algorithms';

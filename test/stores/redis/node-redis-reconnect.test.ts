@@ -129,7 +129,7 @@ test('with the offline queue on, a check made as the connection died fails and i
   try {
     const store = new RedisStore({ client });
     const tiers = [{ limit: 10, window: 3_600_000 }];
-    const check = { now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers };
+    const check = { now: undefined, cost: 1, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers, precision: 1 };
     await store.check(ALGORITHMS['sliding-window'], 'warm-up', check);
     const { readyWhenSent, settled } = await sendAsRedisDies(client, () => store.check(ALGORITHMS['sliding-window'], 'dying', check));
     expect(readyWhenSent).toBe(true);

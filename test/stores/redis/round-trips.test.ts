@@ -1,6 +1,6 @@
 /**
  * One round trip per check: Redis's MONITOR sees exactly one EVALSHA per check, peek and
- * refund from the store's client, and no other command, through ioredis and node-redis alike;
+ * refund from the store's client, and no other command, through every client library alike;
  * after SCRIPT FLUSH, one check costs one EVALSHA answered NOSCRIPT and one EVAL, and the next
  * ones are single EVALSHAs again. On a redis-server of its own, so no other test file's
  * commands are seen.
