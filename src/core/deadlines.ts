@@ -3,10 +3,16 @@ import { RateLimitTimeoutError } from '../errors';
 
 /** One bounded call: settled by its store reply or by its deadline, whichever comes first. */
 export interface Pending {
+  /** On the monotonic clock (`performance.now()`): a change of the wall clock (or a mocked `Date.now`) moves no deadline. */
   readonly deadline: number;
   settled: boolean;
   readonly caller: Caller;
+  /** Stops the call's wait for the store to connect, if it waits: called when the deadline comes first. */
+  abandon?: (() => void) | undefined;
 }
+
+/** A store's `whenConnected` (see `Store`): what holds a call back until the store can take it. */
+export type Gate = (connected: () => void) => (() => void) | undefined;
 
 /** Who waits for a bounded call: answered with the timeout error when the deadline comes first. */
 export interface Caller {
@@ -45,7 +51,7 @@ export class Deadlines {
    * itself) spares the hot path a promise and its closures per check.
    */
   start(caller: Caller): Pending {
-    const pending: Pending = { deadline: Date.now() + this.timeoutMs, settled: false, caller };
+    const pending: Pending = { deadline: performance.now() + this.timeoutMs, settled: false, caller };
     this.queue.push(pending);
     if (this.timer === undefined) this.arm(this.timeoutMs);
     else if (!this.holding) this.hold(true);
@@ -60,17 +66,33 @@ export class Deadlines {
     return true;
   }
 
-  /** Settles like `promise`, or rejects with a {@link RateLimitTimeoutError} once `timeoutMs` has passed. */
-  bound<T>(promise: Promise<T>): Promise<T> {
+  /**
+   * Sends a bounded call now, or, when `gate` holds it back (a store whose client is making its
+   * first connection), once the gate opens: unless the deadline comes first, which stops the wait,
+   * so the call is never sent after its caller has had its timeout.
+   */
+  sendThrough(pending: Pending, gate: Gate | undefined, send: () => void): void {
+    const stop = gate?.(send);
+    if (stop === undefined) send();
+    else pending.abandon = stop;
+  }
+
+  /**
+   * Settles like the promise `call` makes, or rejects with a {@link RateLimitTimeoutError} once
+   * `timeoutMs` has passed; `call` runs now, or once `gate` opens (see {@link sendThrough}).
+   */
+  bound<T>(call: () => Promise<T>, gate?: Gate): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const pending = this.start({ answered: reject });
-      promise.then(
-        (value) => {
-          if (this.finish(pending)) resolve(value);
-        },
-        (error: unknown) => {
-          if (this.finish(pending)) reject(error);
-        },
+      this.sendThrough(pending, gate, () =>
+        call().then(
+          (value) => {
+            if (this.finish(pending)) resolve(value);
+          },
+          (error: unknown) => {
+            if (this.finish(pending)) reject(error);
+          },
+        ),
       );
     });
   }
@@ -105,7 +127,7 @@ export class Deadlines {
   /** Fails every call whose deadline has passed, then waits for the next oldest. */
   private expire(): void {
     this.timer = undefined;
-    const now = Date.now();
+    const now = performance.now();
     const { queue } = this;
     const expired: Pending[] = [];
     while (this.head < queue.length) {
@@ -122,6 +144,7 @@ export class Deadlines {
     // Last, once the queue and timer are in order: a callback may run the app's own code (the
     // HTTP path goes on to the next handler), and one that throws must not leave the rest waiting.
     callEach(expired, (pending) => {
+      pending.abandon?.();
       const error = new RateLimitTimeoutError(`rate limit store did not answer within ${this.timeoutMs} ms`);
       this.onTimeout?.(error);
       pending.caller.answered(error);

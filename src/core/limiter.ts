@@ -10,7 +10,7 @@ import { smallestLimit, type Tier, tiersWithQuota } from '../tiers';
 import { checkOptions } from '../validate';
 import { CircuitBreaker } from './breaker';
 import { type CallInputs, callInputs, checkDecision, waitInputs } from './call-options';
-import { Deadlines } from './deadlines';
+import { Deadlines, type Gate } from './deadlines';
 import { blockedMsOf, decodeDecision, neverAllowed, withoutQuota } from './decision';
 import { DenyCache } from './deny-cache';
 import { KeyCache, leaseKeyOf } from './keys';
@@ -210,7 +210,7 @@ class RateLimiter implements LimiterCore {
     if (actualCost === counted || tiers.length === 0) return Promise.resolve();
     this.denyCache?.delete(key);
     const call = this.scriptCall(counted, tiers, { blockFor: 0, countedAt: decision.now, actualCost });
-    return this.bounded(this.store.settle(this.scripts, key, call)).then(() => {
+    return this.bounded(() => this.store.settle(this.scripts, key, call)).then(() => {
       // A check in flight may have cached a denial the settlement has since made untrue.
       this.denyCache?.delete(key);
     });
@@ -238,7 +238,7 @@ class RateLimiter implements LimiterCore {
       return Promise.reject(error);
     }
     this.denyCache?.delete(key);
-    return this.bounded(this.store.reset(key));
+    return this.bounded(() => this.store.reset(key));
   }
 
   /**
@@ -316,10 +316,19 @@ class RateLimiter implements LimiterCore {
       }
       check.answered(undefined, decision);
     };
+    if (pending === undefined || this.store.whenConnected === undefined) this.sendCheck(key, call, replied);
+    else this.deadlines.sendThrough(pending, this.gate, () => this.sendCheck(key, call, replied));
+  }
+
+  /** Hands a check to the store. */
+  private sendCheck(key: string, call: ScriptCall, replied: Done<RawReply>): void {
     if (call.lease === undefined) this.runStoreCheck(this.scripts, key, call, replied);
     else
       (this.store as Required<Store>).checkLease(this.scripts, key, leaseKeyOf(key), call).then((raw) => replied(undefined, raw), replied);
   }
+
+  /** The store's `whenConnected`, looked up on every call (as its checks are). */
+  private readonly gate: Gate = (connected) => this.store.whenConnected?.(connected);
 
   /**
    * A check that timed out was refused (or decided without the store), yet its late reply shows
@@ -358,8 +367,9 @@ class RateLimiter implements LimiterCore {
     return decision;
   }
 
-  private bounded<T>(promise: Promise<T>): Promise<T> {
-    return this.store.needsTimeout ? this.deadlines.bound(promise) : promise;
+  /** A store call (`call` makes it), bounded by `timeoutMs`, and held back while the store connects. */
+  private bounded<T>(call: () => Promise<T>): Promise<T> {
+    return this.store.needsTimeout ? this.deadlines.bound(call, this.gate) : call();
   }
 
   /** The lease a check asks for under a bound of `concurrency` (0: none). */
@@ -370,7 +380,7 @@ class RateLimiter implements LimiterCore {
   /** Releases or renews a lease; true when it was live. */
   private changeLease(script: LeaseScript, leaseKey: string, id: string): Promise<boolean> {
     const call = this.scriptCall(0, NO_TIERS, { blockFor: 0, lease: { concurrency: 0, leaseMs: this.leaseMs, id } });
-    return this.bounded((this.store as Required<Store>).changeLease(script, leaseKey, call)).then(
+    return this.bounded(() => (this.store as Required<Store>).changeLease(script, leaseKey, call)).then(
       (raw) => raw[LEASE_CHANGE_REPLY.changed] === 1,
     );
   }

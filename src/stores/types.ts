@@ -26,6 +26,14 @@ export interface Store {
   reset(key: string): Promise<void>;
   /** Whether the limiter must bound this store's calls with a timer. False for stores that answer synchronously. */
   readonly needsTimeout: boolean;
+  /**
+   * While the store cannot take calls yet but soon will (a `RedisStore` whose client is making its
+   * first connection): calls `connected` once it can, and answers a function that stops waiting,
+   * which the limiter calls when the call's `timeoutMs` runs out first. `undefined` when a call can
+   * be made now. The limiter sends every call through it, so none fails at once (or waits past its
+   * deadline in a client's queue) just because the app started a moment ago.
+   */
+  whenConnected?(connected: () => void): (() => void) | undefined;
   /** Whether keys live on several servers (a Redis Cluster): the limiter's circuit breaker is then off unless asked for. */
   readonly sharded?: boolean | undefined;
   /**

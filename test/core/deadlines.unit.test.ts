@@ -20,9 +20,9 @@ function expectTimedOut(started: number, timeoutMs: number): void {
 test('a call answered in time settles with its answer; one that is not rejects after timeoutMs', async () => {
   const deadlines = new Deadlines(50);
   const started = Date.now();
-  const answered = deadlines.bound(Promise.resolve('ok'));
-  const failed = deadlines.bound(Promise.reject(new Error('store down')));
-  const stuck = deadlines.bound(never<string>());
+  const answered = deadlines.bound(() => Promise.resolve('ok'));
+  const failed = deadlines.bound(() => Promise.reject(new Error('store down')));
+  const stuck = deadlines.bound(() => never<string>());
   await expect(answered).resolves.toBe('ok');
   await expect(failed).rejects.toThrow('store down');
   await expect(stuck).rejects.toBeInstanceOf(RateLimitTimeoutError);
@@ -31,12 +31,12 @@ test('a call answered in time settles with its answer; one that is not rejects a
 
 test('calls started later get their own full timeout, behind answered ones (one timer re-armed)', async () => {
   const deadlines = new Deadlines(60);
-  const first = deadlines.bound(never<number>());
+  const first = deadlines.bound(() => never<number>());
   const firstStarted = Date.now();
   await new Promise((resolve) => setTimeout(resolve, 30));
   let resolveMiddle: (value: number) => void = () => undefined;
-  const middle = deadlines.bound(new Promise<number>((resolve) => (resolveMiddle = resolve)));
-  const last = deadlines.bound(never<number>());
+  const middle = deadlines.bound(() => new Promise<number>((resolve) => (resolveMiddle = resolve)));
+  const last = deadlines.bound(() => never<number>());
   const lastStarted = Date.now();
   await expect(first).rejects.toBeInstanceOf(RateLimitTimeoutError);
   expect(Date.now() - firstStarted).toBeGreaterThanOrEqual(59);
@@ -49,10 +49,10 @@ test('calls started later get their own full timeout, behind answered ones (one 
 test('an answer after the timeout changes nothing; many answered calls leave nothing behind', async () => {
   const deadlines = new Deadlines(20);
   let late: (value: string) => void = () => undefined;
-  const bounded = deadlines.bound(new Promise<string>((resolve) => (late = resolve)));
+  const bounded = deadlines.bound(() => new Promise<string>((resolve) => (late = resolve)));
   await expect(bounded).rejects.toBeInstanceOf(RateLimitTimeoutError);
   late('too late');
-  const answers = await Promise.all(Array.from({ length: 10_000 }, (_, i) => deadlines.bound(Promise.resolve(i))));
+  const answers = await Promise.all(Array.from({ length: 10_000 }, (_, i) => deadlines.bound(() => Promise.resolve(i))));
   expect(answers[9_999]).toBe(9_999);
   const internals = deadlines as unknown as { queue: unknown[]; head: number };
   expect(internals.queue.length - internals.head).toBe(0);
@@ -64,7 +64,7 @@ test('the one timer keeps the process alive only while a call is pending', async
   const before = timers();
   const pending = (): { promise: Promise<string>; answer: (value: string) => void } => {
     let answer: (value: string) => void = () => undefined;
-    const promise = deadlines.bound(new Promise<string>((resolve) => (answer = resolve)));
+    const promise = deadlines.bound(() => new Promise<string>((resolve) => (answer = resolve)));
     return { promise, answer };
   };
   const first = pending();
@@ -78,4 +78,43 @@ test('the one timer keeps the process alive only while a call is pending', async
   second.answer('two');
   await expect(second.promise).resolves.toBe('two');
   expect(timers()).toBe(before);
+});
+
+test('a call held back by a gate is sent once it opens, in time; one whose deadline comes first is never sent, and stops waiting', async () => {
+  const deadlines = new Deadlines(40);
+  const waiting = new Set<() => void>();
+  const gate = (connected: () => void) => {
+    waiting.add(connected);
+    return () => {
+      waiting.delete(connected);
+    };
+  };
+  const sent: string[] = [];
+  const opened = deadlines.bound(() => {
+    sent.push('opened');
+    return Promise.resolve('answered');
+  }, gate);
+  expect(sent).toEqual([]);
+  for (const connected of [...waiting]) connected();
+  await expect(opened).resolves.toBe('answered');
+
+  waiting.clear();
+  const started = Date.now();
+  const abandoned = deadlines.bound(() => {
+    sent.push('abandoned');
+    return Promise.resolve('late');
+  }, gate);
+  expect(waiting.size).toBe(1);
+  await expect(abandoned).rejects.toBeInstanceOf(RateLimitTimeoutError);
+  expectTimedOut(started, 40);
+  expect(waiting.size).toBe(0);
+  expect(sent).toEqual(['opened']);
+
+  // A gate that does not hold the call back: sent at once.
+  await expect(
+    deadlines.bound(
+      () => Promise.resolve('now'),
+      () => undefined,
+    ),
+  ).resolves.toBe('now');
 });

@@ -6,7 +6,7 @@
 import express5, { type Request } from 'express';
 import { Redis, type RedisOptions } from 'ioredis';
 import request from 'supertest';
-import { StoreUnavailableError } from '../../src/errors';
+import { RateLimitTimeoutError, StoreUnavailableError } from '../../src/errors';
 import { RedisStore, rateLimit } from '../../src/express';
 import { freePort } from '../../support/redis-server';
 import { uniquePrefix } from '../helpers/redis';
@@ -37,11 +37,20 @@ async function deadClient(options: RedisOptions): Promise<Redis> {
 }
 
 const clientKinds: [string, RedisOptions, (error: unknown) => void][] = [
-  // Rejects at once: nothing is queued while disconnected. Never connected, ioredis says
-  // "Stream isn't writeable": the store reports it as any unreachable Redis, with its code.
+  // Still making its first connection: the check waits for it, up to timeoutMs, then times out.
   [
     'enableOfflineQueue: false',
     { enableOfflineQueue: false },
+    (error) => {
+      expect(error).toBeInstanceOf(RateLimitTimeoutError);
+      expect(error).toMatchObject({ code: 'SWL_TIMEOUT' });
+    },
+  ],
+  // Not connecting until a command or connect() comes (lazyConnect), and queueing nothing:
+  // ioredis says "Stream isn't writeable", which the store reports as any unreachable Redis.
+  [
+    'enableOfflineQueue: false + lazyConnect',
+    { enableOfflineQueue: false, lazyConnect: true },
     (error) => {
       expect(error).toBeInstanceOf(StoreUnavailableError);
       expect(error).toMatchObject({
@@ -110,7 +119,7 @@ describe.each([
 
   test('an onError hook that throws does not turn the outage into a failed request', async () => {
     const middleware = rateLimit({
-      store: new RedisStore({ client: await deadClient({ enableOfflineQueue: false }) }),
+      store: new RedisStore({ client: await deadClient({ enableOfflineQueue: false, lazyConnect: true }) }),
       prefix: uniquePrefix('down'),
       onError: () => {
         throw new Error('metrics broke');
@@ -134,7 +143,10 @@ describe.each([
     test('failing open is never silent: a coded warning on the first failure, then at most once a minute', async () => {
       const app = express();
       app.use(
-        rateLimit({ store: new RedisStore({ client: await deadClient({ enableOfflineQueue: false }) }), prefix: uniquePrefix('down') }),
+        rateLimit({
+          store: new RedisStore({ client: await deadClient({ enableOfflineQueue: false, lazyConnect: true }) }),
+          prefix: uniquePrefix('down'),
+        }),
       );
       app.get('/', (_req, res) => {
         res.send('served');
@@ -160,7 +172,7 @@ describe.each([
       const app = express();
       app.use(
         rateLimit({
-          store: new RedisStore({ client: await deadClient({ enableOfflineQueue: false }) }),
+          store: new RedisStore({ client: await deadClient({ enableOfflineQueue: false, lazyConnect: true }) }),
           prefix: uniquePrefix('down'),
           failMode: 'closed',
         }),

@@ -224,6 +224,8 @@ function glideStandaloneAdapter(client: GlideClient): RedisClientAdapter {
   const failed = (error: unknown) => state.failed(error);
   return {
     unavailable: () => (state.down ? 'the Redis connection was lost: GLIDE is reconnecting' : undefined),
+    // A GLIDE client is connected once createClient() has resolved: no first connection to wait for.
+    whenConnected: () => undefined,
     run: (lua, keys, argv) => evaluate(send, lua, keys, argv, failed),
     runBatch: (script: CheckScript, keys, argv) => evaluate(send, script.batchLua, keys, argv, failed),
     cluster: false,
@@ -348,6 +350,7 @@ function glideClusterAdapter(client: GlideClusterClient): RedisClientAdapter {
     // GLIDE's cluster client keeps a connection per node and holds a command for a node that is
     // down until its requestTimeout: whether one node is down says nothing of the others.
     unavailable: () => undefined,
+    whenConnected: () => undefined,
     run: (lua, keys, argv) => evaluate(send, lua, keys, argv),
     runBatch: (script: CheckScript, keys, argv) => evaluate(send, script.batchLua, keys, argv),
     cluster: true,

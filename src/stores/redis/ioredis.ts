@@ -45,8 +45,6 @@ interface IoredisCluster {
 
 /** Per client, shared by every store on it. */
 interface ClientState {
-  /** Whether the client was ever ready. */
-  everReady: boolean;
   readonly hooks: ClientHooks;
   /** The Redis servers whose memory policy was read (see memory-policy.ts). */
   readonly policies: MemoryPolicies;
@@ -69,15 +67,11 @@ export function isIoredisClient(client: unknown): client is IoredisClient {
 
 function stateOf(client: IoredisClient, hooks: ClientHooks): ClientState {
   const state: ClientState = {
-    everReady: client.status === 'ready',
     hooks,
     policies: new MemoryPolicies(),
     warnings: new Warnings(),
     routing: client.isCluster === true ? clusterRouting(client as unknown as IoredisCluster, hooks) : undefined,
   };
-  hooks.on('ready', () => {
-    state.everReady = true;
-  });
   hooks.on('close', () => abandonUnansweredChecks(client, packageScriptKind, state.warnings));
   // Each new connection may reach another node (a restart, a Sentinel failover).
   hooks.on('ready', () => readMemoryPolicies(client, state.policies));
@@ -100,21 +94,29 @@ function readMemoryPolicies(client: IoredisClient, policies: MemoryPolicies): vo
  * holds keys of one slot, and is routed (and redirected) by its first key as any command is.
  */
 export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
-  const { state, release } = sharedState(client, (hooks) => stateOf(client, hooks));
+  const readiness = { event: 'ready', now: client.status === 'ready' };
+  const { state, release } = sharedState(client, (hooks) => stateOf(client, hooks), readiness);
+  const { hooks } = state;
   return {
     // ioredis queues commands while disconnected and replays them on reconnect, so a check
     // already failed open could still be counted minutes later. Once the connection has been
     // up, refuse to queue: fail now, count nothing.
-    unavailable: () => (client.status !== 'ready' && state.everReady ? `Redis connection is ${client.status}` : undefined),
+    unavailable: () => (client.status !== 'ready' && hooks.everReady ? `Redis connection is ${client.status}` : undefined),
+    // Before its first connection, a client made with enableOfflineQueue: false refuses commands
+    // ("Stream isn't writeable"), and one with the queue would send them however late: wait here.
+    whenConnected: (connected) => (!hooks.everReady && CONNECTING.has(client.status) ? hooks.whenReady(connected) : undefined),
     run: (lua, keys, argv) => evaluate(client, lua, keys, argv),
     runBatch: (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, keys, argv),
     cluster: client.isCluster === true,
     routing: state.routing,
     del: (key) => client.del(key).then(undefined, rethrowStoreFailure),
-    connectionsMade: () => state.hooks.connectionsMade,
+    connectionsMade: () => hooks.connectionsMade,
     release,
   };
 }
+
+/** The statuses of an ioredis client on its way to a connection (`'wait'`, of `lazyConnect`, waits for a command or `connect()`). */
+const CONNECTING: ReadonlySet<string> = new Set(['connecting', 'connect', 'reconnecting', 'close']);
 
 /**
  * Node batches on an ioredis `Cluster`: the node of a slot from the cluster's slot map, and its

@@ -173,20 +173,25 @@ const SENTINEL_EPOCH_MS = 100;
  * again after a dropped connection carries its old, aborted signal, and is refused.
  */
 export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClientAdapter {
-  const { state, release } = sharedState(sentinel, (hooks) => {
-    const epoch = new ConnectionEpoch<NodeRedisCommandOptions>(STANDALONE);
-    const policies = new MemoryPolicies();
-    const readPolicy = () => policies.read(() => sentinel.sendCommand(false, ['INFO'], STANDALONE));
-    hooks.on('reconnecting', () => epoch.renew());
-    hooks.on('topology-change', () => {
-      epoch.renew();
-      readPolicy();
-    });
-    hooks.on('ready', readPolicy);
-    if (sentinel.isReady) readPolicy();
-    hooks.every(SENTINEL_EPOCH_MS, () => epoch.renew());
-    return { epoch, hooks };
-  });
+  const readiness = { event: 'ready', now: sentinel.isReady };
+  const { state, release } = sharedState(
+    sentinel,
+    (hooks) => {
+      const epoch = new ConnectionEpoch<NodeRedisCommandOptions>(STANDALONE);
+      const policies = new MemoryPolicies();
+      const readPolicy = () => policies.read(() => sentinel.sendCommand(false, ['INFO'], STANDALONE));
+      hooks.on('reconnecting', () => epoch.renew());
+      hooks.on('topology-change', () => {
+        epoch.renew();
+        readPolicy();
+      });
+      hooks.on('ready', readPolicy);
+      if (sentinel.isReady) readPolicy();
+      hooks.every(SENTINEL_EPOCH_MS, () => epoch.renew());
+      return { epoch, hooks };
+    },
+    readiness,
+  );
   const { epoch } = state;
   const evaluate = (lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> => {
     const rest = [String(keys.length), ...keys];
@@ -201,16 +206,18 @@ export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClie
       (error) => failure(error, sent),
     );
   };
+  const { hooks } = state;
   return {
     unavailable: () => {
       if (sentinel.isReady) return undefined;
       return sentinel.isOpen ? 'Redis Sentinel client is not ready' : closed('Redis Sentinel client');
     },
+    whenConnected: (connected) => (firstConnection(hooks, sentinel.isOpen, sentinel.isReady) ? hooks.whenReady(connected) : undefined),
     run: (lua, keys, argv) => evaluate(lua, keys, argv),
     runBatch: (script: CheckScript, keys, argv) => evaluate(script.batchLua, keys, argv),
     cluster: false,
     del: (key) => sentinel.sendCommand(false, ['DEL', key], STANDALONE).then(undefined, rethrowStoreFailure),
-    connectionsMade: () => state.hooks.connectionsMade,
+    connectionsMade: () => hooks.connectionsMade,
     release,
   };
 }
@@ -221,8 +228,10 @@ export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClie
  */
 export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): RedisClientAdapter {
   const cluster = isNodeRedisCluster(client);
-  const { state, release } = sharedState(client, (hooks) => stateOf(client, cluster, hooks));
-  const { baseOptions, epoch } = state;
+  // A client emits `ready` once it can take commands; a cluster, `connect`.
+  const readiness = { event: cluster ? 'connect' : 'ready', now: readyNow(client) };
+  const { state, release } = sharedState(client, (hooks) => stateOf(client, cluster, hooks), readiness);
+  const { baseOptions, epoch, hooks } = state;
   const send: Send = cluster
     ? (key, args, options) => (client as NodeRedisCluster).sendCommand(key, false, args, options)
     : (_key, args, options) => (client as NodeRedisClient).sendCommand(args, options);
@@ -262,17 +271,29 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
     // Never hand node-redis a check while it is not connected (before its first connection
     // too): it would queue it, to be counted when Redis comes back.
     unavailable: () => {
-      if (client.isReady ?? client.isOpen) return undefined;
+      if (readyNow(client)) return undefined;
       return client.isOpen ? 'Redis connection is not ready' : closed('Redis client');
     },
+    // Between connect() and its first connection, wait: connect() need not be awaited first.
+    whenConnected: (connected) => (firstConnection(hooks, client.isOpen, readyNow(client)) ? hooks.whenReady(connected) : undefined),
     run: (lua, keys, argv) => evaluateWith(send, lua, keys, argv),
     runBatch: (script: CheckScript, keys, argv) => evaluateWith(send, script.batchLua, keys, argv),
     cluster,
     routing,
     del: (key) => send(key, ['DEL', key], baseOptions).then(undefined, rethrowStoreFailure),
-    connectionsMade: () => state.hooks.connectionsMade,
+    connectionsMade: () => hooks.connectionsMade,
     release,
   };
+}
+
+/** Whether a client can take commands now (a cluster without `isReady`, before node-redis 5.1 or so: once open). */
+function readyNow(client: NodeRedisClient | NodeRedisCluster): boolean {
+  return client.isReady ?? client.isOpen;
+}
+
+/** Whether a client is making its first connection: `connect()` called (it is open), never ready yet. */
+function firstConnection(hooks: ClientHooks, isOpen: boolean, isReady: boolean): boolean {
+  return isOpen && !isReady && !hooks.everReady;
 }
 
 /** A check whose epoch ended was failed by `renew()` (or lost with its connection): say so with our error. */

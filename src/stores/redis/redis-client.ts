@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { ALGORITHMS } from '../../algorithms';
 import { RELEASE, RENEW } from '../../algorithms/lease';
 import type { CheckScript } from '../../algorithms/types';
+import { callEach } from '../../async';
 import { RateLimitTimeoutError, StoreError, StoreUnavailableError, storeErrorOf } from '../../errors';
 import type { ClusterRouting } from './batch';
 
@@ -26,6 +27,12 @@ export interface RedisClientAdapter {
   readonly cluster: boolean;
   /** On a Cluster: the slots and nodes of keys, for batches per node (see `batch.ts`). */
   readonly routing?: ClusterRouting | undefined;
+  /**
+   * While the client makes its first connection (never ready yet, and trying): calls `connected`
+   * once it is ready, and answers a function that stops waiting. `undefined` otherwise: the client
+   * is ready, or `unavailable()` says why it takes no command.
+   */
+  whenConnected(connected: () => void): (() => void) | undefined;
   /** How many times the client has become ready: each a connection (re)made. */
   connectionsMade(): number;
   /** This store is done with the client: once every store on it is, the listeners and timers made on it are removed. */
@@ -43,6 +50,15 @@ function isEmitter(client: object): client is Emitter {
   return typeof (client as Partial<Emitter>).on === 'function';
 }
 
+/** How a client tells it can take commands: the event it emits then, and whether it can now. */
+export interface Readiness {
+  readonly event: string;
+  readonly now: boolean;
+}
+
+/** A client ready when its first store comes, as a Valkey GLIDE client is once created. */
+const ALWAYS_READY: Readiness = { event: 'ready', now: true };
+
 /**
  * The listeners and timers the stores on one client made on it, made once however many stores
  * share the client, and removed when the last of them is closed.
@@ -50,18 +66,43 @@ function isEmitter(client: object): client is Emitter {
 export class ClientHooks {
   private readonly undo: (() => void)[] = [];
   /**
-   * Connections (re)made: `ready` events seen, on a client that emits them; an adapter whose
+   * Connections (re)made: ready events seen, on a client that emits them; an adapter whose
    * client emits none counts them itself. The limiter's circuit breaker probes at once after one.
    */
   connectionsMade = 0;
+  /** Whether the client was ever ready: when the first store came, or since. */
+  everReady: boolean;
+  /** Calls waiting for the client's first connection (see `RedisClientAdapter.whenConnected`). */
+  private readonly waiting = new Set<() => void>();
 
-  /** `client`: an event emitter, or a client that emits nothing (Valkey GLIDE): then {@link on} is not called. */
-  constructor(private readonly client: object) {
+  /**
+   * `client`: an event emitter, or a client that emits nothing (Valkey GLIDE): then {@link on} is
+   * not called. `readiness`: the event it emits once it can take commands, and whether it can now.
+   */
+  constructor(
+    private readonly client: object,
+    readiness: Readiness = ALWAYS_READY,
+  ) {
+    this.everReady = readiness.now;
     if (isEmitter(client)) {
-      this.on('ready', () => {
+      this.on(readiness.event, () => {
         this.connectionsMade++;
+        this.everReady = true;
+        if (this.waiting.size === 0) return;
+        const connected = [...this.waiting];
+        this.waiting.clear();
+        // On the next tick: what a waiting call runs must not throw into the client's own event.
+        process.nextTick(() => callEach(connected, (go) => go()));
       });
     }
+  }
+
+  /** Calls `connected` at the client's next ready event; answers a function that stops waiting. */
+  whenReady(connected: () => void): () => void {
+    this.waiting.add(connected);
+    return () => {
+      this.waiting.delete(connected);
+    };
   }
 
   on(event: string, listener: (...args: never[]) => void): void {
@@ -99,11 +140,16 @@ const sharedByClient = new WeakMap<object, Shared>();
 /**
  * The state an adapter keeps for `client`, made by `make` (with the client's hooks) for the first
  * store on it; `release` is that store's part of closing: the last one removes the hooks.
+ * `readiness`: how the client tells it can take commands (by default, ready from the start).
  */
-export function sharedState<State>(client: object, make: (hooks: ClientHooks) => State): { readonly state: State; release(): void } {
+export function sharedState<State>(
+  client: object,
+  make: (hooks: ClientHooks) => State,
+  readiness?: Readiness,
+): { readonly state: State; release(): void } {
   let shared = sharedByClient.get(client);
   if (shared === undefined) {
-    const hooks = new ClientHooks(client);
+    const hooks = new ClientHooks(client, readiness);
     shared = { state: make(hooks), hooks, stores: 0 };
     sharedByClient.set(client, shared);
   }

@@ -32,10 +32,13 @@ export interface RedisStoreOptions {
    *   limiter that stays fast while Redis is down, create it with `enableOfflineQueue: false`
    *   and `maxRetriesPerRequest: 1`;
    * - a node-redis (`redis` 5 or 6) client from `createClient()` or cluster from
-   *   `createCluster()`, connected (`await client.connect()`); create it with
+   *   `createCluster()`, with `connect()` called (awaited or not); create it with
    *   `disableOfflineQueue: true` (a cluster: `defaults: { disableOfflineQueue: true }`);
    * - a Valkey GLIDE (`@valkey/valkey-glide`) `GlideClient` or `GlideClusterClient`; create it
    *   with a `requestTimeout` no longer than the limiter's `timeoutMs`.
+   *
+   * A check made while an ioredis or node-redis client makes its first connection waits for it,
+   * up to the limiter's `timeoutMs`.
    *
    * See docs/redis.md and docs/valkey.md.
    */
@@ -98,6 +101,10 @@ export class RedisStore implements CallbackStore {
               mapStale: () => routing.mapStale?.(),
             },
     });
+  }
+
+  whenConnected(connected: () => void): (() => void) | undefined {
+    return this.closed ? undefined : this.redis.whenConnected(connected);
   }
 
   connectionsMade(): number {
