@@ -163,6 +163,36 @@ interface CpuShare {
   serverUsPerRequest: number;
   /** redis-server CPU microseconds per request answered (every master summed, on the cluster). */
   redisUsPerRequest: number;
+  /** Redis commands per request answered (`INFO commandstats`, every master summed), of which script calls (`EVALSHA`, `EVAL`). */
+  commandsPerRequest: number;
+  scriptCallsPerRequest: number;
+  /** Microseconds inside one script call (`commandstats`), averaged over the round's calls; 0 without calls. */
+  usPerScriptCall: number;
+}
+
+/** Calls and microseconds of every command since the server started (`INFO commandstats`), and of its script calls. */
+interface CommandTotals {
+  calls: number;
+  scriptCalls: number;
+  scriptUsec: number;
+}
+
+async function commandTotals(nodes: readonly Redis[]): Promise<CommandTotals> {
+  const totals: CommandTotals = { calls: 0, scriptCalls: 0, scriptUsec: 0 };
+  for (const node of nodes) {
+    const text = await node.info('commandstats');
+    for (const match of text.matchAll(/^cmdstat_([a-z|]+):calls=(\d+),usec=(\d+)/gm)) {
+      const [, command, calls, usec] = match;
+      // The bench's own INFO calls are not the limiter's.
+      if (command === 'info') continue;
+      totals.calls += Number(calls);
+      if (command === 'evalsha' || command === 'eval') {
+        totals.scriptCalls += Number(calls);
+        totals.scriptUsec += Number(usec);
+      }
+    }
+  }
+  return totals;
 }
 
 interface Run extends WrkResult {
@@ -353,6 +383,10 @@ const fmtMs = (us: number): string => (us / 1000).toFixed(2);
 
 const fmtCpu = (cpu: CpuShare): string =>
   `${cpu.server.toFixed(2)} / ${cpu.redis.toFixed(2)} / ${cpu.wrk.toFixed(2)} / ${cpu.other.toFixed(2)}`;
+
+/** Redis commands per request, and script calls per request with the time inside each (`commandstats`). */
+const fmtScriptCalls = (cpu: CpuShare): string =>
+  `commands ${cpu.commandsPerRequest.toFixed(2)}/req, scripts ${cpu.scriptCallsPerRequest.toFixed(3)}/req at ${cpu.usPerScriptCall.toFixed(1)} µs`;
 
 function statusMix(result: WrkResult): string {
   if (result.statuses === undefined) {
@@ -681,6 +715,7 @@ async function main(): Promise<void> {
         : { port: redis.port };
       const redisPids = onCluster ? clusterPids : [redisPid];
       const redisCpu = (): number => redisPids.reduce((sum, pid) => sum + processCpu(pid), 0);
+      const redisNodes = onCluster ? clusterAdmins : [admin];
       if (onCluster) await Promise.all(clusterAdmins.map((node) => node.flushall()));
       else await admin.flushall();
       for (const scenario of scenarios) {
@@ -709,6 +744,7 @@ async function main(): Promise<void> {
               };
               if (WARMUP > 0) await runWrk({ ...common, durationSeconds: WARMUP });
               const pid = server.child.pid!;
+              const commandsBefore = await commandTotals(redisNodes);
               const before = {
                 at: process.hrtime.bigint(),
                 busy: machineBusy(),
@@ -721,6 +757,8 @@ async function main(): Promise<void> {
               const self = process.cpuUsage(before.self);
               const server_ = processCpu(pid) - before.server;
               const redis_ = redisCpu() - before.redis;
+              const commandsAfter = await commandTotals(redisNodes);
+              const scriptCalls = commandsAfter.scriptCalls - commandsBefore.scriptCalls;
               const other = machineBusy() - before.busy - server_ - redis_ - result.cpuSeconds - (self.user + self.system) / 1e6;
               const cpu: CpuShare = {
                 server: server_ / wall,
@@ -729,10 +767,13 @@ async function main(): Promise<void> {
                 other: Math.max(0, other) / wall,
                 serverUsPerRequest: (server_ * 1e6) / result.requests,
                 redisUsPerRequest: (redis_ * 1e6) / result.requests,
+                commandsPerRequest: (commandsAfter.calls - commandsBefore.calls) / result.requests,
+                scriptCallsPerRequest: scriptCalls / result.requests,
+                usPerScriptCall: scriptCalls === 0 ? 0 : (commandsAfter.scriptUsec - commandsBefore.scriptUsec) / scriptCalls,
               };
               scenarioCells[i].runs.push({ ...result, cpu });
               log(
-                `${scenario.id} round ${round + 1}/${ROUNDS} ${server.framework.padEnd(7)} ${server.limiter.padEnd(4)} ${fmtRps(result.requestsPerSecond).padStart(7)} req/s  p50 ${fmtMs(result.p50Us)} ms  p99 ${fmtMs(result.p99Us)} ms  CPU server/redis/wrk/other ${fmtCpu(cpu)}  server ${cpu.serverUsPerRequest.toFixed(1)} µs/req  redis ${cpu.redisUsPerRequest.toFixed(1)} µs/req  ${statusMix(result)}`,
+                `${scenario.id} round ${round + 1}/${ROUNDS} ${server.framework.padEnd(7)} ${server.limiter.padEnd(4)} ${fmtRps(result.requestsPerSecond).padStart(7)} req/s  p50 ${fmtMs(result.p50Us)} ms  p99 ${fmtMs(result.p99Us)} ms  CPU server/redis/wrk/other ${fmtCpu(cpu)}  server ${cpu.serverUsPerRequest.toFixed(1)} µs/req  redis ${cpu.redisUsPerRequest.toFixed(1)} µs/req  ${fmtScriptCalls(cpu)}  ${statusMix(result)}`,
               );
             } finally {
               servers.splice(servers.indexOf(server), 1);
