@@ -384,6 +384,12 @@ const fmtMs = (us: number): string => (us / 1000).toFixed(2);
 const fmtCpu = (cpu: CpuShare): string =>
   `${cpu.server.toFixed(2)} / ${cpu.redis.toFixed(2)} / ${cpu.wrk.toFixed(2)} / ${cpu.other.toFixed(2)}`;
 
+/** Requests answered per script call (median of the rounds): how full this package's batches were; blank without script calls. */
+function checksPerCall(cell: Cell): string {
+  const calls = medianOf(cell, (r) => r.cpu.scriptCallsPerRequest);
+  return calls > 0 ? (1 / calls).toFixed(1) : '';
+}
+
 /** Redis commands per request, and script calls per request with the time inside each (`commandstats`). */
 const fmtScriptCalls = (cpu: CpuShare): string =>
   `commands ${cpu.commandsPerRequest.toFixed(2)}/req, scripts ${cpu.scriptCallsPerRequest.toFixed(3)}/req at ${cpu.usPerScriptCall.toFixed(1)} µs`;
@@ -545,9 +551,9 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
     if (rows.length === 0) continue;
     lines.push(`## ${framework === 'express' ? 'Express' : 'Fastify'}`, '');
     lines.push(
-      '| scenario | limiter | requests/s | p50 ms | p99 ms | ratio to bare | status mix | requests/s per round | server CPU µs/request | Redis CPU µs/request | CPU cores: server / redis / wrk / other |',
+      '| scenario | limiter | requests/s | p50 ms | p99 ms | ratio to bare | status mix | requests/s per round | server CPU µs/request | Redis CPU µs/request | requests per script call | CPU cores: server / redis / wrk / other |',
     );
-    lines.push('| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- |');
+    lines.push('| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |');
     for (const scenario of SCENARIOS) {
       for (const limiter of limiters) {
         const cell = rows.find((c) => c.limiter === limiter && c.scenario.id === scenario.id);
@@ -555,7 +561,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
         const middle = medianRun(cell.runs);
         const ratio = ratioOf(cells, framework, limiter, scenario.id);
         lines.push(
-          `| ${scenario.title} | ${LIMITER_LABELS[limiter]} | ${fmtRps(medianOf(cell, rps))} | ${fmtMs(medianOf(cell, (r) => r.p50Us))} | ${fmtMs(medianOf(cell, (r) => r.p99Us))} | ${fmtSpread(ratio)} | ${statusMix(middle)}${middle.socketErrors ? `, ${middle.socketErrors} socket errors` : ''} | ${cell.runs.map((r) => fmtRps(r.requestsPerSecond)).join(', ')} | ${medianOf(cell, (r) => r.cpu.serverUsPerRequest).toFixed(1)} | ${medianOf(cell, (r) => r.cpu.redisUsPerRequest).toFixed(1)} | ${fmtCpu(middle.cpu)} |`,
+          `| ${scenario.title} | ${LIMITER_LABELS[limiter]} | ${fmtRps(medianOf(cell, rps))} | ${fmtMs(medianOf(cell, (r) => r.p50Us))} | ${fmtMs(medianOf(cell, (r) => r.p99Us))} | ${fmtSpread(ratio)} | ${statusMix(middle)}${middle.socketErrors ? `, ${middle.socketErrors} socket errors` : ''} | ${cell.runs.map((r) => fmtRps(r.requestsPerSecond)).join(', ')} | ${medianOf(cell, (r) => r.cpu.serverUsPerRequest).toFixed(1)} | ${medianOf(cell, (r) => r.cpu.redisUsPerRequest).toFixed(1)} | ${checksPerCall(cell)} | ${fmtCpu(middle.cpu)} |`,
         );
       }
     }
