@@ -30,6 +30,7 @@ import { join, resolve } from 'node:path';
 import Redis from 'ioredis';
 import { CLOCK_TICKS, processCpu } from '../support/process-cpu';
 import { type RedisCluster, startCluster, startRedis } from '../support/redis-server';
+import { commandTotals } from './commandstats';
 import { compileForBench } from './compile';
 import { describeWrk, runWrk, type Traffic, type WrkResult } from './wrk';
 
@@ -168,31 +169,6 @@ interface CpuShare {
   scriptCallsPerRequest: number;
   /** Microseconds inside one script call (`commandstats`), averaged over the round's calls; 0 without calls. */
   usPerScriptCall: number;
-}
-
-/** Calls and microseconds of every command since the server started (`INFO commandstats`), and of its script calls. */
-interface CommandTotals {
-  calls: number;
-  scriptCalls: number;
-  scriptUsec: number;
-}
-
-async function commandTotals(nodes: readonly Redis[]): Promise<CommandTotals> {
-  const totals: CommandTotals = { calls: 0, scriptCalls: 0, scriptUsec: 0 };
-  for (const node of nodes) {
-    const text = await node.info('commandstats');
-    for (const match of text.matchAll(/^cmdstat_([a-z|]+):calls=(\d+),usec=(\d+)/gm)) {
-      const [, command, calls, usec] = match;
-      // The bench's own INFO calls are not the limiter's.
-      if (command === 'info') continue;
-      totals.calls += Number(calls);
-      if (command === 'evalsha' || command === 'eval') {
-        totals.scriptCalls += Number(calls);
-        totals.scriptUsec += Number(usec);
-      }
-    }
-  }
-  return totals;
 }
 
 interface Run extends WrkResult {
@@ -385,7 +361,7 @@ const fmtCpu = (cpu: CpuShare): string =>
   `${cpu.server.toFixed(2)} / ${cpu.redis.toFixed(2)} / ${cpu.wrk.toFixed(2)} / ${cpu.other.toFixed(2)}`;
 
 /** Requests answered per script call (median of the rounds): how full this package's batches were; blank without script calls. */
-function checksPerCall(cell: Cell): string {
+function requestsPerScriptCall(cell: Cell): string {
   const calls = medianOf(cell, (r) => r.cpu.scriptCallsPerRequest);
   return calls > 0 ? (1 / calls).toFixed(1) : '';
 }
@@ -561,7 +537,7 @@ function report(cells: readonly Cell[], meta: { started: Date; seconds: number; 
         const middle = medianRun(cell.runs);
         const ratio = ratioOf(cells, framework, limiter, scenario.id);
         lines.push(
-          `| ${scenario.title} | ${LIMITER_LABELS[limiter]} | ${fmtRps(medianOf(cell, rps))} | ${fmtMs(medianOf(cell, (r) => r.p50Us))} | ${fmtMs(medianOf(cell, (r) => r.p99Us))} | ${fmtSpread(ratio)} | ${statusMix(middle)}${middle.socketErrors ? `, ${middle.socketErrors} socket errors` : ''} | ${cell.runs.map((r) => fmtRps(r.requestsPerSecond)).join(', ')} | ${medianOf(cell, (r) => r.cpu.serverUsPerRequest).toFixed(1)} | ${medianOf(cell, (r) => r.cpu.redisUsPerRequest).toFixed(1)} | ${checksPerCall(cell)} | ${fmtCpu(middle.cpu)} |`,
+          `| ${scenario.title} | ${LIMITER_LABELS[limiter]} | ${fmtRps(medianOf(cell, rps))} | ${fmtMs(medianOf(cell, (r) => r.p50Us))} | ${fmtMs(medianOf(cell, (r) => r.p99Us))} | ${fmtSpread(ratio)} | ${statusMix(middle)}${middle.socketErrors ? `, ${middle.socketErrors} socket errors` : ''} | ${cell.runs.map((r) => fmtRps(r.requestsPerSecond)).join(', ')} | ${medianOf(cell, (r) => r.cpu.serverUsPerRequest).toFixed(1)} | ${medianOf(cell, (r) => r.cpu.redisUsPerRequest).toFixed(1)} | ${requestsPerScriptCall(cell)} | ${fmtCpu(middle.cpu)} |`,
         );
       }
     }

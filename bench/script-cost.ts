@@ -18,6 +18,7 @@ import { ALGORITHMS } from '../src/algorithms';
 import { batchArgv, scriptArgv } from '../src/protocol';
 import { processCpu } from '../support/process-cpu';
 import { startCluster, startRedis } from '../support/redis-server';
+import { commandTotals } from './commandstats';
 
 const CHECKS = Number(process.env.SCRIPT_COST_CHECKS ?? 60_000);
 const IN_FLIGHT = 32;
@@ -54,7 +55,7 @@ async function measure(
   checksPerCall: number,
   call: (i: number) => Promise<unknown>,
 ): Promise<Measured> {
-  await client.config('RESETSTAT');
+  const before = await commandTotals([client]);
   const cpuBefore = processCpu(pid);
   let failedChecks = 0;
   const count = (reply: unknown): void => {
@@ -68,10 +69,10 @@ async function measure(
   }
   await Promise.all(pending);
   const cpu = processCpu(pid) - cpuBefore;
-  const stats = await client.info('commandstats');
-  const line = stats.split('\n').find((l) => l.startsWith('cmdstat_evalsha:')) ?? '';
+  const after = await commandTotals([client]);
+  const scriptCalls = after.scriptCalls - before.scriptCalls;
   return {
-    usPerCall: Number(/usec_per_call=([\d.]+)/.exec(line)?.[1] ?? Number.NaN),
+    usPerCall: scriptCalls === 0 ? Number.NaN : (after.scriptUsec - before.scriptUsec) / scriptCalls,
     cpuUsPerCheck: (cpu * 1e6) / (calls * checksPerCall),
     failedChecks,
   };
