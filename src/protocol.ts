@@ -303,6 +303,7 @@ function batchLoop(count: string, keyAt: string, argsBase: string, protectEach: 
     : `  local reply = check(${keyAt}, argv)
   do`;
   return `local replies, formats = {}, {}
+deferWrites()
 local count = ${count}
 local argsBase = ${argsBase}
 local shared = #ARGV == argsBase + 1
@@ -323,6 +324,7 @@ ${run}
     replies[k] = string.format(format, unpack(reply))
   end
 end
+flushWrites()
 return replies
 `;
 }

@@ -44,9 +44,9 @@ end
 -- Writes value to a string key that must live at least atLeast ms more (a longer expiry is kept):
 -- a block, or a settlement's charge.
 local function setAtLeast(key, value, atLeast)
-  local ttl = redis.call('PTTL', key)
+  local ttl = ttlOf(key)
   if ttl < atLeast then ttl = atLeast end
-  redis.call('SET', key, value, 'PX', ttl)
+  writeValue(key, value, ttl)
 end
 -- Starts a block of blockFor ms at now on a string key, keeping its counters; the key lives at least that long.
 local function writeBlock(key, now, blockFor, body)
@@ -62,7 +62,7 @@ local function blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun
   if blockedUntil > now then return blockedUntil - now end
   if allowed == 0 and blockFor > 0 and not dryRun then
     if blockResets then
-      redis.call('SET', key, withMarker(now + blockFor, nil), 'PX', blockFor)
+      writeValue(key, withMarker(now + blockFor, nil), blockFor)
       countsWiped = true
     else
       writeBlock(key, now, blockFor, body)

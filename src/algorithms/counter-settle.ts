@@ -25,7 +25,7 @@ export function counterSettleLua(helpers: string, parts: string): string {
   return settleLua(
     helpers,
     `${parts}
-local value = redis.call('GET', key)
+local value = readValue(key)
 local blockedUntil, body = readBlocked(value)
 local saved = readState(body)
 local givenBack, charged = 0, 0

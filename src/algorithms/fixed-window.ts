@@ -22,7 +22,7 @@ const CHECK = checkLua(
   -- Stored at the key, a string: per tier 'index:count' in base 36, tiers separated by spaces,
   -- index = floor(now / window), after an optional block marker '!<until>'; expires when the
   -- longest tier's current window ends (or when a longer block ends).
-  local blockedUntil, body = readBlocked(redis.call('GET', key))
+  local blockedUntil, body = readBlocked(readValue(key))
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   local saved = readCounters(body)
@@ -44,7 +44,7 @@ const CHECK = checkLua(
       counts[i] = counts[i] + cost
       parts[i] = base36(math.floor(now / windows[i])) .. ':' .. base36(counts[i])
     end
-    redis.call('SET', key, table.concat(parts, ' '), 'PX', expiry)
+    writeValue(key, table.concat(parts, ' '), expiry)
   end
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)

@@ -421,7 +421,7 @@ const CHECK = checkLua(
   -- Stored at the key, a string: per tier a segment (see src/algorithms/precise-window.ts), after
   -- an optional block marker '!<until> '; expires when its newest unit has left every window (or
   -- when a longer block ends).
-  local blockedUntil, body = readBlocked(redis.call('GET', key))
+  local blockedUntil, body = readBlocked(readValue(key))
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   local saved = readSegments(body)
@@ -444,7 +444,7 @@ const CHECK = checkLua(
     end
     local value = parts[1]
     if tiers > 1 then value = table.concat(parts) end
-    redis.call('SET', key, value, 'PX', lifetime)
+    writeValue(key, value, lifetime)
   end
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)

@@ -89,7 +89,7 @@ const CHECK = checkLua(
   -- Stored at the key, a string: per tier 'index:current:previous' in base 36, tiers separated by
   -- spaces, index = floor(now / window), after an optional block marker '!<until>'; expires after
   -- twice the longest window (or when a longer block ends).
-  local blockedUntil, body = readBlocked(redis.call('GET', key))
+  local blockedUntil, body = readBlocked(readValue(key))
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   local saved = readCounters(body)
@@ -109,7 +109,7 @@ const CHECK = checkLua(
       current[i] = current[i] + cost
       parts[i] = base36(math.floor(now / windows[i])) .. ':' .. base36(current[i]) .. ':' .. base36(previous[i])
     end
-    redis.call('SET', key, table.concat(parts, ' '), 'PX', 2 * longest)
+    writeValue(key, table.concat(parts, ' '), 2 * longest)
   end
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)

@@ -75,7 +75,7 @@ const CHECK = checkLua(
   -- Stored at the key, a string: per tier the TAT (m + r / limit ms) as 'm:r' in base 36, or as m in
   -- decimal when r is 0, tiers separated by spaces, after an optional block marker '!<until>';
   -- expires when every bucket is full again (or when a longer block ends).
-  local blockedUntil, body = readBlocked(redis.call('GET', key))
+  local blockedUntil, body = readBlocked(readValue(key))
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   local saved = readTats(body)
@@ -96,7 +96,7 @@ const CHECK = checkLua(
       if rs[i] > 0 then full = full + 1 end
       if full > expiry then expiry = full end
     end
-    redis.call('SET', key, table.concat(parts, ' '), 'PX', expiry)
+    writeValue(key, table.concat(parts, ' '), expiry)
   end
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)

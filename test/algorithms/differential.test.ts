@@ -685,3 +685,43 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
     },
   );
 });
+
+describe.each(ALGORITHMS)('%s: a batch call leaves each key the expiry single calls leave', (algorithm) => {
+  // A batch reads a key once and writes it once, however many of its checks share the key: the
+  // expiries it writes (a count's, a block's kept when longer, a wiping block's) must be those the
+  // same checks leave one call at a time. Redis's own clock: the expiries are real.
+  const tiers: Tier[] = [{ limit: 2, window: 10_000 }];
+  test.each([
+    ['no block', 0, false],
+    ['a block shorter than the counts live', 3_000, false],
+    ['a block longer than the counts live', 90_000, false],
+    ['a block that wipes the counts', 3_000, true],
+  ] as const)('%s', async (_name, blockFor, blockResets) => {
+    const { check } = SCRIPTS[algorithm];
+    const argv = scriptArgv({
+      now: undefined,
+      cost: 1,
+      dryRun: false,
+      blockFor,
+      blockResets,
+      countedAt: 0,
+      actualCost: 0,
+      tiers,
+      precision: 100,
+    });
+    const batched = `${uniquePrefix('expiry-batch')}:k`;
+    const single = `${uniquePrefix('expiry-single')}:k`;
+    const keys = [batched, batched, batched];
+    const replies = ((await client.eval(check.batchLua, keys.length, ...keys, ...batchArgv(keys.map(() => argv)))) as string[]).map(
+      batchReply,
+    );
+    const singles: number[][] = [];
+    for (let i = 0; i < keys.length; i++) singles.push((await client.eval(check.lua, 1, single, ...argv)) as number[]);
+    // Allowed twice, then denied (and blocked when blockFor is set).
+    expect(replies.map((reply) => reply[0])).toEqual(singles.map((reply) => reply[0]));
+    expect(replies.map((reply) => reply[0])).toEqual([1, 1, 0]);
+    const [batchedTtl, singleTtl] = await Promise.all([client.pttl(batched), client.pttl(single)]);
+    expect(batchedTtl).toBeGreaterThan(0);
+    expect(Math.abs(batchedTtl - singleTtl)).toBeLessThan(200);
+  });
+});
