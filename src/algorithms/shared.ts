@@ -5,48 +5,42 @@
 
 /**
  * The shared helpers, in Lua. String keys are read and written through `readValue`, `writeValue`
- * and `ttlOf`: one script call does each at once, and a batch call (after `deferWrites()`) reads
- * a key once and writes it once, at `flushWrites()`, however many of its checks share the key. The
- * run is atomic, so nobody sees the difference, and a hot identifier (a global limit, one busy
- * client) costs Redis one GET and one SET per batch rather than per check.
+ * and `ttlOf`: one script call does each at once, and a batch call (after `deferWrites()`) holds
+ * back the write of the key it wrote last until a write to another key or `flushWrites()`, and
+ * reads that key from what it holds. The run is atomic, so nobody sees the difference, and
+ * consecutive checks of one identifier (a global limit, one busy client) cost Redis one `GET` and
+ * one `SET` for the lot rather than one each. Only the last key is held: with distinct keys,
+ * the usual batch, this costs no more than writing at once.
  */
 export const LUA_SHARED = `
 local deferring = false
--- Per key written during a deferring run: its value and its expiry in ms from now, as the run left
--- them; the keys written, in the order of their first writes. A key only read is read again.
-local valueOf, expiryOf, writtenKeys, written
+-- During a deferring run, the key written last, with its value and expiry (ms from now) as the
+-- run left them, not yet sent: a write to another key sends it first.
+local heldKey, heldValue, heldExpiry
 local function deferWrites()
   deferring = true
-  valueOf, expiryOf, writtenKeys, written = {}, {}, {}, 0
 end
 local function readValue(key)
-  if not deferring then return redis.call('GET', key) end
-  local value = valueOf[key]
-  if value == nil then return redis.call('GET', key) end
-  return value
+  if key == heldKey then return heldValue end
+  return redis.call('GET', key)
+end
+local function flushWrites()
+  if heldKey == nil then return end
+  redis.call('SET', heldKey, heldValue, 'PX', heldExpiry)
+  heldKey = nil
 end
 local function writeValue(key, value, expiryMs)
   if not deferring then
     redis.call('SET', key, value, 'PX', expiryMs)
     return
   end
-  if expiryOf[key] == nil then
-    written = written + 1
-    writtenKeys[written] = key
-  end
-  valueOf[key] = value
-  expiryOf[key] = expiryMs
+  if key ~= heldKey then flushWrites() end
+  heldKey, heldValue, heldExpiry = key, value, expiryMs
 end
 -- PTTL of a string key, as the run left it.
 local function ttlOf(key)
-  if deferring and expiryOf[key] then return expiryOf[key] end
+  if key == heldKey then return heldExpiry end
   return redis.call('PTTL', key)
-end
-local function flushWrites()
-  for i = 1, written do
-    local key = writtenKeys[i]
-    redis.call('SET', key, valueOf[key], 'PX', expiryOf[key])
-  end
 end
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 -- Counters are stored in base 36: a window index and two counts fit in 12 characters,
