@@ -6,7 +6,11 @@
  *
  * Proves: every failure carries a code (`SWL_STORE_UNAVAILABLE` with the client's own error as
  * `cause`, or `SWL_TIMEOUT`), never a client's raw error; and nothing a client kept while Redis
- * was down lands in the restarted server: its count equals exactly the checks it allowed.
+ * was down lands in the restarted server: its count equals exactly the checks it allowed. The
+ * exception is a client that holds a command longer than the limiter's `timeoutMs` (GLIDE with
+ * its default `requestTimeout`, 250 ms against 200): a check it sends on reconnecting after the
+ * limiter gave up may be counted, and its reply dropped (docs/valkey.md). Then what the restarted
+ * server counted beyond what it allowed is at most the checks that failed with `SWL_TIMEOUT`.
  */
 import { createLimiter, RedisStore } from '../../src';
 import { watchEachTest } from '../helpers/process';
@@ -33,6 +37,9 @@ describe.each(CLIENT_CONFIGS)('client: %s', (configName, clientConfig) => {
     const codes = new Map<string, number>();
     const uncoded: unknown[] = [];
     const replayed: number[] = [];
+    const timedOut: number[] = [];
+    // GLIDE without a requestTimeout holds a command 250 ms, past the limiter's timeoutMs (200).
+    const holdsPastTimeout = clientConfig.library === 'glide' && clientConfig.options.requestTimeout === undefined;
     await waitReady(client);
     const limiter = createLimiter({
       store: new RedisStore({ client }),
@@ -49,6 +56,7 @@ describe.each(CLIENT_CONFIGS)('client: %s', (configName, clientConfig) => {
       let running = true;
       let killedAt = Infinity;
       let allowedAfterKill = 0;
+      let timeouts = 0;
       const pending = new Set<Promise<void>>();
       const turn = (): void => {
         if (!running) return;
@@ -61,6 +69,7 @@ describe.each(CLIENT_CONFIGS)('client: %s', (configName, clientConfig) => {
             (error: unknown) => {
               const code = (error as { code?: unknown }).code;
               if (code !== 'SWL_STORE_UNAVAILABLE' && code !== 'SWL_TIMEOUT') uncoded.push(error);
+              if (code === 'SWL_TIMEOUT') timeouts++;
               codes.set(String(code), (codes.get(String(code)) ?? 0) + 1);
             },
           );
@@ -84,11 +93,19 @@ describe.each(CLIENT_CONFIGS)('client: %s', (configName, clientConfig) => {
       const counted = await slidingWindowCount(inspect, `replay:${key}`);
       expect(allowedAfterKill).toBeGreaterThan(0);
       replayed.push(counted - allowedAfterKill);
+      timedOut.push(timeouts);
     }
     expect(uncoded).toEqual([]);
     expect(codes.get('SWL_STORE_UNAVAILABLE')).toBeGreaterThan(0);
-    expect(replayed).toEqual(new Array(KILLS).fill(0));
+    if (holdsPastTimeout) {
+      for (let kill = 0; kill < KILLS; kill++) {
+        expect(replayed[kill]).toBeGreaterThanOrEqual(0);
+        expect(replayed[kill]).toBeLessThanOrEqual(timedOut[kill]);
+      }
+    } else expect(replayed).toEqual(new Array(KILLS).fill(0));
     expect(rejections.reasons).toEqual([]);
-    figures.push(`  ${configName}: failures ${JSON.stringify(Object.fromEntries(codes))}, replayed per kill ${replayed.join(', ')}`);
+    figures.push(
+      `  ${configName}: failures ${JSON.stringify(Object.fromEntries(codes))}, replayed per kill ${replayed.join(', ')} (timed out ${timedOut.join(', ')})`,
+    );
   });
 });
