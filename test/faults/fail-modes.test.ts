@@ -103,9 +103,10 @@ describe.each(FRAMEWORKS)('%s, failMode local', (framework) => {
         expect(outage.every((answer) => answer.limited)).toBe(true);
         expect(errors.length).toBeGreaterThanOrEqual(7);
         if (config.library === 'glide') {
-          // GLIDE either holds a check while it reconnects (the check waits timeoutMs) or, when it
-          // has already seen the connection fail, refuses it at once: which one depends on whether
-          // its reconnect attempt beat the request. Either way the breaker answers the rest.
+          // GLIDE either holds a check while it reconnects (the check waits timeoutMs, and the
+          // breaker then answers the next ones) or, when it has already seen the connection fail,
+          // refuses it at once: which one depends on whether its reconnect attempt beat the
+          // request. Every failure is one of those outage codes.
           const outageCodes = ['SWL_TIMEOUT', 'SWL_STORE_UNAVAILABLE', 'SWL_CIRCUIT_OPEN'];
           expect(errors.filter((code) => !outageCodes.includes(code))).toEqual([]);
         } else expect(errors.every((code) => code === 'SWL_STORE_UNAVAILABLE')).toBe(true);
