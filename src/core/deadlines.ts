@@ -6,7 +6,8 @@ export interface Pending {
   /** On the monotonic clock (`performance.now()`): a change of the wall clock (or a mocked `Date.now`) moves no deadline. */
   readonly deadline: number;
   settled: boolean;
-  readonly caller: Caller;
+  /** Let go of once the call settles (see {@link Deadlines.finish}). */
+  caller: Caller;
   /** Stops the call's wait for the store to connect, if it waits: called when the deadline comes first. */
   abandon?: (() => void) | undefined;
 }
@@ -19,8 +20,11 @@ export interface Caller {
   answered(error: Error): void;
 }
 
+/** The caller of a settled call: nobody waits any more. */
+const NOBODY: Caller = { answered: () => undefined };
+
 /** What a dropped slot holds, so the queue keeps no settled call alive. */
-const DROPPED: Pending = { deadline: 0, settled: true, caller: { answered: () => undefined } };
+const DROPPED: Pending = { deadline: 0, settled: true, caller: NOBODY };
 
 /** Past this many dropped slots at the front, the queue is compacted. */
 const COMPACT_AFTER = 4096;
@@ -62,6 +66,12 @@ export class Deadlines {
   finish(pending: Pending): boolean {
     if (pending.settled) return false;
     pending.settled = true;
+    // A call settled behind an older one still pending stays queued until that one settles
+    // (replies from several Cluster nodes come in any order; a stalled node's calls wait for their
+    // deadline): let go of its caller, in the HTTP path a whole request, so that every request
+    // answered meanwhile does not stay in memory for up to timeoutMs.
+    pending.caller = NOBODY;
+    pending.abandon = undefined;
     this.dropSettled();
     return true;
   }

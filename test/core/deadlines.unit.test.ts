@@ -1,6 +1,8 @@
 /** The single-timer bound of store calls (src/timeout.ts), on real timers. */
 
-import { Deadlines } from '../../src/core/deadlines';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { type Caller, Deadlines } from '../../src/core/deadlines';
 import { RateLimitTimeoutError } from '../../src/errors';
 
 const never = <T>() => new Promise<T>(() => undefined);
@@ -56,6 +58,25 @@ test('an answer after the timeout changes nothing; many answered calls leave not
   expect(answers[9_999]).toBe(9_999);
   const internals = deadlines as unknown as { queue: unknown[]; head: number };
   expect(internals.queue.length - internals.head).toBe(0);
+});
+
+test('a call answered while an older one still waits keeps nothing of its caller alive', async () => {
+  // Replies from several Cluster nodes come in any order: the answered call stays queued behind
+  // the older one, and must not hold its caller (in the HTTP path, a whole request) meanwhile.
+  setFlagsFromString('--expose-gc');
+  const collectGarbage = runInNewContext('gc') as () => void;
+  const deadlines = new Deadlines(60_000);
+  const older = deadlines.start({ answered: () => undefined });
+  let caller: Caller | undefined = { answered: () => undefined };
+  const pending = deadlines.start(caller);
+  const released = new WeakRef(caller);
+  caller = undefined;
+  expect(deadlines.finish(pending)).toBe(true);
+  // A WeakRef keeps its target alive until the end of the turn that made it.
+  await new Promise(setImmediate);
+  collectGarbage();
+  expect(released.deref()).toBeUndefined();
+  expect(deadlines.finish(older)).toBe(true);
 });
 
 test('the one timer keeps the process alive only while a call is pending', async () => {
