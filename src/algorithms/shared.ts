@@ -5,7 +5,7 @@
 
 /**
  * The shared helpers, in Lua. String keys are read and written through `readValue`, `writeValue`
- * and `ttlOf`: one script call does each at once, and a batch call (after `deferWrites()`) holds
+ * (`rewriteValue` to keep the expiry) and `ttlOf`: one script call does each at once, and a batch call (after `deferWrites()`) holds
  * back the write of the key it wrote last until a write to another key or `flushWrites()`, and
  * reads that key from what it holds. The run is atomic, so nobody sees the difference, and
  * consecutive checks of one identifier (a global limit, one busy client) cost Redis one `GET` and
@@ -36,6 +36,14 @@ local function writeValue(key, value, expiryMs)
   end
   if key ~= heldKey then flushWrites() end
   heldKey, heldValue, heldExpiry = key, value, expiryMs
+end
+-- Writes a string key and keeps its expiry, as the run left it.
+local function rewriteValue(key, value)
+  if key == heldKey then
+    heldValue = value
+    return
+  end
+  redis.call('SET', key, value, 'KEEPTTL')
 end
 -- PTTL of a string key, as the run left it.
 local function ttlOf(key)

@@ -725,3 +725,23 @@ describe.each(ALGORITHMS)('%s: a batch call leaves each key the expiry single ca
     expect(Math.abs(batchedTtl - singleTtl)).toBeLessThan(200);
   });
 });
+
+describe.each(ALGORITHMS)('%s: a settlement that gives back keeps the expiry', (algorithm) => {
+  // Only what was counted changes: the key lives as long as the check made it live, on Redis's clock.
+  test('the key expires when it would have without the settlement', async () => {
+    const { check, settle } = SCRIPTS[algorithm];
+    const tiers: Tier[] = [{ limit: 10, window: 10_000 }];
+    const call = { now: undefined, cost: 3, dryRun: false, blockFor: 0, countedAt: 0, actualCost: 0, tiers, precision: 100 };
+    const key = `${uniquePrefix('settle-expiry')}:k`;
+    const checked = (await client.eval(check.lua, 1, key, ...scriptArgv(call))) as number[];
+    expect(checked[0]).toBe(1);
+    const before = await client.pttl(key);
+    expect(before).toBeGreaterThan(0);
+    const settled = (await client.eval(settle.lua, 1, key, ...scriptArgv({ ...call, countedAt: checked[1], actualCost: 1 }))) as number[];
+    expect(settled[0]).toBe(2);
+    const after = await client.pttl(key);
+    expect(after).toBeGreaterThan(0);
+    expect(after).toBeLessThanOrEqual(before);
+    expect(before - after).toBeLessThan(200);
+  });
+});
