@@ -396,8 +396,8 @@ interface Target {
 
 const REDIS_CPU = 0.7;
 const TARGETS: readonly Target[] = [
-  { framework: 'fastify', scenario: 'a', minRatio: 0.55, minOverBestPeer: 1.2, maxRedisCpuOverBestPeer: REDIS_CPU },
-  { framework: 'fastify', scenario: 'b', minRatio: 0.55, minOverBestPeer: 1.2, maxRedisCpuOverBestPeer: REDIS_CPU },
+  { framework: 'fastify', scenario: 'a', minRatio: 0.55, minOverBestPeer: 1.3, maxRedisCpuOverBestPeer: REDIS_CPU },
+  { framework: 'fastify', scenario: 'b', minRatio: 0.55, minOverBestPeer: 1.3, maxRedisCpuOverBestPeer: REDIS_CPU },
   { framework: 'fastify', scenario: 'c', minRatio: 0.8 },
   { framework: 'fastify', scenario: 'ca', minOverBestPeer: 1.3, maxRedisCpuOverBestPeer: REDIS_CPU },
   { framework: 'fastify', scenario: 'cb', minOverBestPeer: 1.3, maxRedisCpuOverBestPeer: REDIS_CPU },
