@@ -16,7 +16,7 @@
  */
 import { createLimiter, RedisStore } from '../../src';
 import { watchEachTest } from '../helpers/process';
-import { CLIENT_CONFIGS, faultRedisOfEachTest, sleep, slidingWindowCount, waitBoundOf, waitReady } from '../helpers/redis-faults';
+import { CLIENT_CONFIGS, faultRedisOfEachTest, glideRequestTimeoutOf, sleep, slidingWindowCount, waitReady } from '../helpers/redis-faults';
 import { figuresPrintedAfterAll } from '../helpers/report';
 
 const KILLS = 2;
@@ -41,8 +41,8 @@ describe.each(CLIENT_CONFIGS)('client: %s', (configName, clientConfig) => {
     const uncoded: unknown[] = [];
     const replayed: number[] = [];
     const timedOut: number[] = [];
-    // GLIDE holds a command its requestTimeout (250 ms by default) from when the command reaches its core.
-    const holdsPastTimeout = clientConfig.library === 'glide' && waitBoundOf(clientConfig, Infinity) >= TIMEOUT_MS;
+    // GLIDE holds a command its requestTimeout from when the command reaches its core.
+    const holdsPastTimeout = (glideRequestTimeoutOf(clientConfig) ?? 0) >= TIMEOUT_MS;
     await waitReady(client);
     const limiter = createLimiter({
       store: new RedisStore({ client }),

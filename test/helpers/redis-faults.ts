@@ -149,14 +149,19 @@ const GLIDE_FAULT_REQUEST_TIMEOUT_MS = 150;
 /** GLIDE's `requestTimeout` when none is given. */
 const GLIDE_DEFAULT_REQUEST_TIMEOUT_MS = 250;
 
+/** How long a GLIDE client holds a command before it fails it (its `requestTimeout`); undefined for the other libraries. */
+export function glideRequestTimeoutOf(config: ClientConfig): number | undefined {
+  if (config.library !== 'glide') return undefined;
+  const requestTimeout = config.options.requestTimeout;
+  return typeof requestTimeout === 'number' ? requestTimeout : GLIDE_DEFAULT_REQUEST_TIMEOUT_MS;
+}
+
 /**
  * How long a check sent to a Redis that does not answer waits before it fails: the limiter's
  * `timeoutMs`, or a GLIDE client's `requestTimeout` when that is shorter (GLIDE answers first).
  */
 export function waitBoundOf(config: ClientConfig, timeoutMs: number): number {
-  if (config.library !== 'glide') return timeoutMs;
-  const requestTimeout = config.options.requestTimeout;
-  return Math.min(timeoutMs, typeof requestTimeout === 'number' ? requestTimeout : GLIDE_DEFAULT_REQUEST_TIMEOUT_MS);
+  return Math.min(timeoutMs, glideRequestTimeoutOf(config) ?? Infinity);
 }
 
 /**
@@ -189,7 +194,7 @@ export const CLIENT_CONFIGS: readonly [string, ClientConfig][] = [
     `glide recommended (requestTimeout: ${GLIDE_FAULT_REQUEST_TIMEOUT_MS}, 50 ms shorter than the limiter's timeoutMs)`,
     { library: 'glide', options: { requestTimeout: GLIDE_FAULT_REQUEST_TIMEOUT_MS } },
   ],
-  ['glide defaults (requestTimeout 250 ms)', { library: 'glide', options: {} }],
+  [`glide defaults (requestTimeout ${GLIDE_DEFAULT_REQUEST_TIMEOUT_MS} ms)`, { library: 'glide', options: {} }],
 ];
 
 /** The recommended configuration of each library, for the tests that do not vary the client. */
