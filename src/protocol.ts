@@ -240,8 +240,9 @@ local function readArgs(argv)
   local a = lastArgs
   return a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12]
 end
+-- Made with room for one tier (nil slots do not count in #reply): growing it per tier costs Lua a rehash.
 local function checkReply(${inOrder(REPLY, ['firstTier'])})
-  return { ${inOrder(REPLY, ['firstTier'])} }
+  return { ${inOrder(REPLY, ['firstTier'])}${', nil'.repeat(TIER_REPLY.size)} }
 end
 ${luaPush('pushTier', TIER_REPLY)}
 -- The twin of withNothingCounted, in place.

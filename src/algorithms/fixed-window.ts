@@ -2,6 +2,7 @@ import { checkReply, pushTier } from '../protocol';
 import type { Stored } from './block';
 import { counterSettle, counterSettleLua } from './counter-settle';
 import { checkLua, defineAlgorithm } from './prelude';
+import { luaScratch } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -17,7 +18,7 @@ import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 export type FixedWindowState = Stored<number[]>;
 
 const CHECK = checkLua(
-  '',
+  luaScratch('countsOf', 'endsOf'),
   `
   -- Stored at the key, a string: per tier 'index:count' in base 36, tiers separated by spaces,
   -- index = floor(now / window), after an optional block marker '!<until>'; expires when the
@@ -26,7 +27,7 @@ const CHECK = checkLua(
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   local saved = readCounters(body)
-  local counts, ends = {}, {}
+  local counts, ends = countsOf, endsOf
   local allowed = 1
   local expiry = 0
   for i = 1, tiers do

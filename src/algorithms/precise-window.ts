@@ -2,7 +2,7 @@ import { checkReply, pushTier } from '../protocol';
 import type { Stored } from './block';
 import { counterSettle, counterSettleLua } from './counter-settle';
 import { checkLua, defineAlgorithm } from './prelude';
-import { remainingOf } from './shared';
+import { luaScratch, remainingOf } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -416,7 +416,7 @@ function waitFor(segment: Segment, oldest: number, numerator: number, limit: num
 }
 
 const CHECK = checkLua(
-  LUA_LOG,
+  `${LUA_LOG}${luaScratch('segmentsOf', 'oldestOf')}`,
   `
   -- Stored at the key, a string: per tier a segment (see src/algorithms/precise-window.ts), after
   -- an optional block marker '!<until> '; expires when its newest unit has left every window (or
@@ -425,7 +425,7 @@ const CHECK = checkLua(
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   local saved = readSegments(body)
-  local segments, oldest = {}, {}
+  local segments, oldest = segmentsOf, oldestOf
   local allowed = 1
   for i = 1, tiers do
     local segment = liveSegment(saved[i], windows[i], precision, now)

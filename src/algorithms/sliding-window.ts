@@ -3,7 +3,7 @@ import { longestWindow } from '../tiers';
 import type { Stored } from './block';
 import { counterSettle, counterSettleLua } from './counter-settle';
 import { checkLua, defineAlgorithm } from './prelude';
-import { remainingOf } from './shared';
+import { luaScratch, remainingOf } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -84,7 +84,7 @@ function waitFor(current: number, previous: number, elapsed: number, limit: numb
 }
 
 const CHECK = checkLua(
-  LUA_COUNTS + LUA_WAIT,
+  `${LUA_COUNTS}${LUA_WAIT}${luaScratch('currentOf', 'previousOf', 'elapsedOf')}`,
   `
   -- Stored at the key, a string: per tier 'index:current:previous' in base 36, tiers separated by
   -- spaces, index = floor(now / window), after an optional block marker '!<until>'; expires after
@@ -93,7 +93,7 @@ const CHECK = checkLua(
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   local saved = readCounters(body)
-  local current, previous, elapsed = {}, {}, {}
+  local current, previous, elapsed = currentOf, previousOf, elapsedOf
   local allowed = 1
   for i = 1, tiers do
     local window = windows[i]

@@ -2,7 +2,7 @@ import { checkReply, pushTier } from '../protocol';
 import type { Stored } from './block';
 import { counterSettle, counterSettleLua } from './counter-settle';
 import { checkLua, defineAlgorithm } from './prelude';
-import { remainingOf } from './shared';
+import { luaScratch, remainingOf } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -70,7 +70,7 @@ end
 `;
 
 const CHECK = checkLua(
-  LUA_TAT,
+  `${LUA_TAT}${luaScratch('msOf', 'rsOf')}`,
   `
   -- Stored at the key, a string: per tier the TAT (m + r / limit ms) as 'm:r' in base 36, or as m in
   -- decimal when r is 0, tiers separated by spaces, after an optional block marker '!<until>';
@@ -79,7 +79,7 @@ const CHECK = checkLua(
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   local saved = readTats(body)
-  local ms, rs = {}, {}
+  local ms, rs = msOf, rsOf
   local allowed = 1
   for i = 1, tiers do
     ms[i], rs[i] = tatAt(saved[i], limits[i], now)

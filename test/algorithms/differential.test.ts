@@ -603,8 +603,12 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
       let compared = 0;
       let batches = 0;
       let sharedBatches = 0;
+      let otherTiersCompared = 0;
       for (let config = 0; config < 6; config++) {
         const tiers = randomTiers(random, algorithm);
+        // Checks of other limiters on the store, with more or fewer tiers, share batches with these:
+        // what one check of a run leaves in the script's tables must not reach the next.
+        const otherTiers = tiers.length > 1 ? tiers.slice(1) : [...tiers, { limit: 2 * tiers[0].limit, window: 3 * tiers[0].window }];
         const precision = randomPrecision(random, algorithm);
         const keys = Array.from({ length: 4 }, (_, i) => `${uniquePrefix('batch')}:k${i}`);
         const states = new Map<string, unknown>();
@@ -619,6 +623,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
             key: keys[Math.floor(random() * keys.length)],
             cost: shared?.cost ?? randomCost(random, tiers),
             dryRun: shared?.dryRun ?? random() < 0.15,
+            tiers: shared === undefined && random() < 0.3 ? otherTiers : tiers,
           }));
           const dryAll = random() < 0.1;
           const sharedArgv =
@@ -636,7 +641,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
                 blockResets,
                 countedAt: 0,
                 actualCost: 0,
-                tiers,
+                tiers: entry.tiers,
                 precision,
               }),
           );
@@ -662,7 +667,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
               blockResets,
               countedAt: 0,
               actualCost: 0,
-              tiers,
+              tiers: entry.tiers,
               precision,
             });
             states.set(entry.key, result.state);
@@ -671,6 +676,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
               throw new Error(`${context}: replies differ\nlua: ${JSON.stringify(replies[i])}\nts:  ${JSON.stringify(result.reply)}`);
             }
             compared++;
+            if (entry.tiers !== tiers) otherTiersCompared++;
           }
           for (const key of keys) {
             if (!isDeepStrictEqual(await redisState(algorithm, key), twinState(states.get(key)))) {
@@ -682,6 +688,7 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
       expect(batches).toBe(6 * 40);
       expect(sharedBatches).toBeGreaterThan(30);
       expect(compared).toBeGreaterThan(500);
+      expect(otherTiersCompared).toBeGreaterThan(100);
     },
   );
 });
