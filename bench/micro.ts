@@ -100,7 +100,7 @@ const CLIENTS: readonly { name: string; connect(port: number): Promise<Measured>
     name: 'Valkey GLIDE',
     async connect(port: number): Promise<Measured> {
       Logger.setLoggerConfig('off');
-      const client = await GlideClient.createClient({ addresses: [{ host: '127.0.0.1', port }], requestTimeout: 500 });
+      const client = await GlideClient.createClient({ addresses: [{ host: '127.0.0.1', port }], requestTimeout: 450 });
       return { client, get: (key) => client.get(key), close: () => client.close() };
     },
   })
