@@ -7,10 +7,10 @@
  * The shared helpers, in Lua. String keys are read and written through `readValue`, `writeValue`
  * (`rewriteValue` to keep the expiry) and `ttlOf`: one script call does each at once, and a batch
  * call (after `deferWrites()`) holds back the write of the key it wrote last until a write to
- * another key or `flushWrites()`, and reads that key from what it holds. The run is atomic, so nobody sees the difference, and
- * consecutive checks of one identifier (a global limit, one busy client) cost Redis one `GET` and
- * one `SET` for the lot rather than one each. Only the last key is held: with distinct keys,
- * the usual batch, this costs no more than writing at once.
+ * another key or `flushWrites()`, and reads that key from what it holds. The run is atomic, so
+ * nobody sees the difference, and consecutive checks of one identifier (a global limit, one busy
+ * client) cost Redis one `GET` and one `SET` for the lot rather than one each. Only the last key
+ * is held: with distinct keys, the usual batch, this costs no more than writing at once.
  */
 export const LUA_SHARED = `
 local deferring = false

@@ -12,10 +12,10 @@ import { performance } from 'node:perf_hooks';
 import { RedisStore } from '../../src';
 import { closeAgent, load, startApp } from '../helpers/http-load';
 import { watchEachTest } from '../helpers/process';
-import { faultRedisOfEachTest, RECOMMENDED_CONFIGS, sleep, waitBoundOf, waitReady } from '../helpers/redis-faults';
+import { FAULT_TIMEOUT_MS, faultRedisOfEachTest, RECOMMENDED_CONFIGS, sleep, waitBoundOf, waitReady } from '../helpers/redis-faults';
 import { figuresPrintedAfterAll } from '../helpers/report';
 
-const TIMEOUT_MS = 200;
+const TIMEOUT_MS = FAULT_TIMEOUT_MS;
 const BREAKER = { failures: 5, openMs: 100, maxOpenMs: 400 };
 /**
  * Allowed above a bound for the HTTP round trip, plus the longest event-loop stall measured in

@@ -21,6 +21,8 @@ import {
   type ClusterAdmin,
   clusterAdmin,
   disconnect,
+  FAULT_TIMEOUT_MS,
+  GLIDE_FAULT_REQUEST_TIMEOUT_MS,
   nodeRedisCluster,
   type RedisCluster,
   sleep,
@@ -29,7 +31,7 @@ import {
 } from '../helpers/redis-faults';
 import { figuresPrintedAfterAll } from '../helpers/report';
 
-const TIMEOUT_MS = 200;
+const TIMEOUT_MS = FAULT_TIMEOUT_MS;
 /**
  * Allowed above a bound for the HTTP round trip, plus the longest event-loop stall measured in
  * the same test (monitorEventLoopDelay): the clients share the loop, on two busy cores.
@@ -65,9 +67,12 @@ const CLUSTER_CLIENTS: [string, (startupNodes: { host: string; port: number }[])
       return iovalkey as unknown as RedisStoreClient;
     },
   ],
-  // As docs/valkey.md recommends: requestTimeout the limiter's timeoutMs (of the kill test; the
-  // migration tests allow more).
-  ['glide', (startupNodes) => glide().GlideClusterClient.createClient({ addresses: startupNodes, requestTimeout: TIMEOUT_MS })],
+  // As docs/valkey.md recommends: requestTimeout 50 ms shorter than the limiter's timeoutMs (of
+  // the kill test; the migration tests allow more).
+  [
+    'glide',
+    (startupNodes) => glide().GlideClusterClient.createClient({ addresses: startupNodes, requestTimeout: GLIDE_FAULT_REQUEST_TIMEOUT_MS }),
+  ],
 ];
 
 let cluster: RedisCluster;

@@ -22,6 +22,7 @@ import { closeAgent, FRAMEWORKS, get, load, type Sample, startApp } from '../hel
 import { watchEachTest } from '../helpers/process';
 import {
   CLIENT_CONFIGS,
+  FAULT_TIMEOUT_MS,
   faultRedisOfEachTest,
   nextReady,
   sleep,
@@ -31,7 +32,7 @@ import {
 } from '../helpers/redis-faults';
 import { figuresPrintedAfterAll } from '../helpers/report';
 
-const TIMEOUT_MS = 200;
+const TIMEOUT_MS = FAULT_TIMEOUT_MS;
 /**
  * Allowed above a bound for the HTTP round trip, plus the longest event-loop stall measured in
  * the same test (monitorEventLoopDelay): the clients share the loop, on two busy cores.

@@ -11,6 +11,7 @@ import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
 import { watchEachTest } from '../helpers/process';
 import {
   CLIENT_CONFIGS,
+  FAULT_TIMEOUT_MS,
   faultClientsOfEachTest,
   faultRedisOfTestFile,
   RECOMMENDED_CONFIGS,
@@ -19,7 +20,7 @@ import {
 } from '../helpers/redis-faults';
 import { figuresPrintedAfterAll } from '../helpers/report';
 
-const TIMEOUT_MS = 200;
+const TIMEOUT_MS = FAULT_TIMEOUT_MS;
 /**
  * Allowed above a bound for the HTTP round trip, plus the longest event-loop stall measured in
  * the same test (monitorEventLoopDelay): the clients share the loop, on two busy cores.

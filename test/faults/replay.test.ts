@@ -16,11 +16,19 @@
  */
 import { createLimiter, RedisStore } from '../../src';
 import { watchEachTest } from '../helpers/process';
-import { CLIENT_CONFIGS, faultRedisOfEachTest, glideRequestTimeoutOf, sleep, slidingWindowCount, waitReady } from '../helpers/redis-faults';
+import {
+  CLIENT_CONFIGS,
+  FAULT_TIMEOUT_MS,
+  faultRedisOfEachTest,
+  glideRequestTimeoutOf,
+  sleep,
+  slidingWindowCount,
+  waitReady,
+} from '../helpers/redis-faults';
 import { figuresPrintedAfterAll } from '../helpers/report';
 
 const KILLS = 2;
-const TIMEOUT_MS = 200;
+const TIMEOUT_MS = FAULT_TIMEOUT_MS;
 const PER_TURN = 3;
 /**
  * At most this many checks pending, as a server's connections bound what it has in flight. A

@@ -140,11 +140,11 @@ export interface ClientConfig {
   readonly options: Record<string, unknown>;
 }
 
-/**
- * The request timeout of GLIDE's recommended configuration here: 50 ms shorter than the
- * `timeoutMs` (200) of the outage tests, as docs/valkey.md recommends.
- */
-const GLIDE_FAULT_REQUEST_TIMEOUT_MS = 150;
+/** The limiter's `timeoutMs` in the outage tests. */
+export const FAULT_TIMEOUT_MS = 200;
+
+/** The request timeout of GLIDE's recommended configuration here: 50 ms shorter than {@link FAULT_TIMEOUT_MS}, as docs/valkey.md recommends. */
+export const GLIDE_FAULT_REQUEST_TIMEOUT_MS = FAULT_TIMEOUT_MS - 50;
 
 /** GLIDE's `requestTimeout` when none is given. */
 const GLIDE_DEFAULT_REQUEST_TIMEOUT_MS = 250;
