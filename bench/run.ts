@@ -17,6 +17,7 @@
  * - BENCH_PEER_CLIENT  `default` (peers get a default ioredis client, as their READMEs show) or `same` (this package's options)
  * - BENCH_OUT       where to write the markdown (default bench/results.md; `-` for none)
  * - BENCH_SRC       a directory to run instead of src/ (an A/B test of a change, without touching the working tree)
+ * - BENCH_TRACE     `1`: each server keeps its GC pauses and event-loop delay, printed in the log line of each round
  * - BENCH_WAIT_IDLE seconds to wait, at most, for other processes to leave the CPUs alone before starting (default 0)
  *
  * Each measurement also records the CPU time (from /proc) of the server, redis-server (every
@@ -32,6 +33,7 @@ import { CLOCK_TICKS, processCpu } from '../support/process-cpu';
 import { type RedisCluster, startCluster, startRedis } from '../support/redis-server';
 import { commandTotals } from './commandstats';
 import { compileForBench } from './compile';
+import type { GcTrace } from './server';
 import { describeWrk, runWrk, type Traffic, type WrkResult } from './wrk';
 
 const ROOT = resolve(__dirname, '..');
@@ -44,6 +46,7 @@ const PIN = process.env.BENCH_PIN !== '0' && CPU_COUNT >= 2;
 const SERVER_CPUS = PIN ? '0' : undefined;
 const LOAD_CPUS = PIN ? '1' : undefined;
 const ONLY = (process.env.BENCH_ONLY ?? '').split(',').filter(Boolean);
+const TRACE = process.env.BENCH_TRACE === '1';
 const PROFILE = new Set((process.env.BENCH_PROFILE ?? '').split(',').filter(Boolean));
 const PEER_CLIENT = process.env.BENCH_PEER_CLIENT ?? 'default';
 const OUT = process.env.BENCH_OUT ?? join(ROOT, 'bench', 'results.md');
@@ -173,6 +176,8 @@ interface CpuShare {
 
 interface Run extends WrkResult {
   cpu: CpuShare;
+  /** With BENCH_TRACE: the server's GC pauses and event-loop delay during the measurement. */
+  trace?: GcTrace | undefined;
 }
 
 interface Cell {
@@ -282,6 +287,32 @@ function stopServer(server: Server): Promise<void> {
     server.child.kill('SIGTERM');
   });
 }
+
+/** BENCH_TRACE: what the server's GC and event loop did since the last call; undefined if it does not answer within 5 s. */
+function readTrace(server: Server): Promise<GcTrace | undefined> {
+  const stdout = server.child.stdout!;
+  return new Promise((done) => {
+    let text = '';
+    const finish = (trace: GcTrace | undefined): void => {
+      clearTimeout(timer);
+      stdout.off('data', onData);
+      done(trace);
+    };
+    const onData = (chunk: Buffer): void => {
+      text += chunk.toString();
+      const match = /TRACE (\{.*\})\n/.exec(text);
+      if (match) finish(JSON.parse(match[1]) as GcTrace);
+    };
+    const timer = setTimeout(() => finish(undefined), 5_000);
+    stdout.on('data', onData);
+    server.child.kill('SIGUSR2');
+  });
+}
+
+const fmtTrace = (trace: GcTrace | undefined): string =>
+  trace === undefined
+    ? ''
+    : `  GC ${trace.scavengeMs.toFixed(0)} + ${trace.otherGcMs.toFixed(0)} ms (longest ${trace.longestGcMs.toFixed(1)}), loop delay p99 ${trace.loopP99Ms.toFixed(1)} max ${trace.loopMaxMs.toFixed(1)} ms`;
 
 function pinRedis(pid: number): void {
   if (LOAD_CPUS === undefined) return;
@@ -725,6 +756,7 @@ async function main(): Promise<void> {
                 cpus: LOAD_CPUS,
               };
               if (WARMUP > 0) await runWrk({ ...common, durationSeconds: WARMUP });
+              if (TRACE) await readTrace(server); // starts the measured window
               const pid = server.child.pid!;
               const commandsBefore = await commandTotals(redisNodes);
               const before = {
@@ -735,6 +767,7 @@ async function main(): Promise<void> {
                 self: process.cpuUsage(),
               };
               const result = await runWrk({ ...common, durationSeconds: DURATION });
+              const trace = TRACE ? await readTrace(server) : undefined;
               const wall = Number(process.hrtime.bigint() - before.at) / 1e9;
               const self = process.cpuUsage(before.self);
               const server_ = processCpu(pid) - before.server;
@@ -753,9 +786,9 @@ async function main(): Promise<void> {
                 scriptCallsPerRequest: scriptCalls / result.requests,
                 usPerScriptCall: scriptCalls === 0 ? 0 : (commandsAfter.scriptUsec - commandsBefore.scriptUsec) / scriptCalls,
               };
-              scenarioCells[i].runs.push({ ...result, cpu });
+              scenarioCells[i].runs.push({ ...result, cpu, trace });
               log(
-                `${scenario.id} round ${round + 1}/${ROUNDS} ${server.framework.padEnd(7)} ${server.limiter.padEnd(4)} ${fmtRps(result.requestsPerSecond).padStart(7)} req/s  p50 ${fmtMs(result.p50Us)} ms  p99 ${fmtMs(result.p99Us)} ms  CPU server/redis/wrk/other ${fmtCpu(cpu)}  server ${cpu.serverUsPerRequest.toFixed(1)} µs/req  redis ${cpu.redisUsPerRequest.toFixed(1)} µs/req  ${fmtScriptCalls(cpu)}  ${statusMix(result)}`,
+                `${scenario.id} round ${round + 1}/${ROUNDS} ${server.framework.padEnd(7)} ${server.limiter.padEnd(4)} ${fmtRps(result.requestsPerSecond).padStart(7)} req/s  p50 ${fmtMs(result.p50Us)} ms  p99 ${fmtMs(result.p99Us)} ms  CPU server/redis/wrk/other ${fmtCpu(cpu)}  server ${cpu.serverUsPerRequest.toFixed(1)} µs/req  redis ${cpu.redisUsPerRequest.toFixed(1)} µs/req  ${fmtScriptCalls(cpu)}  ${statusMix(result)}${fmtTrace(trace)}`,
               );
             } finally {
               servers.splice(servers.indexOf(server), 1);

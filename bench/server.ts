@@ -18,10 +18,13 @@
  *   GLIDE `GlideClusterClient`, iovalkey `Cluster`)
  * - BENCH_PEER_CLIENT: `default` (peers get `new Redis(port)`, as their docs show) or `same`
  *   (peers get the same client options as this package)
+ * - BENCH_TRACE: `1` to keep the server's GC pauses and event-loop delay; each SIGUSR2 prints
+ *   those since the last one as `TRACE <json>` on stdout (a {@link GcTrace})
  *
  * Every limiter identifies a request by its `x-id` header, and the route answers a short
  * text. Prints `READY <port>` on stdout once Redis is connected and the server listens.
  */
+import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import Redis, { Cluster, type RedisOptions } from 'ioredis';
 import { Redis as IoValkey, Cluster as IoValkeyCluster } from 'iovalkey';
 import { createClient, createCluster } from 'redis';
@@ -344,6 +347,44 @@ async function main(): Promise<void> {
   const port = await listen(0);
   process.stdout.write(`READY ${port}\n`);
 }
+
+/** What the server's garbage collector and event loop did between two SIGUSR2 (BENCH_TRACE). */
+export interface GcTrace {
+  /** Young-generation collections (scavenges), their pauses summed. */
+  scavengeMs: number;
+  /** Every other collection (mark-compact and its incremental steps), their pauses summed. */
+  otherGcMs: number;
+  longestGcMs: number;
+  /** The event loop's delay (`monitorEventLoopDelay`, 1 ms resolution): 99th percentile and longest. */
+  loopP99Ms: number;
+  loopMaxMs: number;
+}
+
+function traceOnSignal(): void {
+  let scavengeMs = 0;
+  let otherGcMs = 0;
+  let longestGcMs = 0;
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      const kind = ((entry as { detail?: unknown }).detail as { kind?: number } | undefined)?.kind;
+      if (kind === constants.NODE_PERFORMANCE_GC_MINOR) scavengeMs += entry.duration;
+      else otherGcMs += entry.duration;
+      longestGcMs = Math.max(longestGcMs, entry.duration);
+    }
+  }).observe({ entryTypes: ['gc'] });
+  const delay = monitorEventLoopDelay({ resolution: 1 });
+  delay.enable();
+  process.on('SIGUSR2', () => {
+    const trace: GcTrace = { scavengeMs, otherGcMs, longestGcMs, loopP99Ms: delay.percentile(99) / 1e6, loopMaxMs: delay.max / 1e6 };
+    scavengeMs = 0;
+    otherGcMs = 0;
+    longestGcMs = 0;
+    delay.reset();
+    process.stdout.write(`TRACE ${JSON.stringify(trace)}\n`);
+  });
+}
+
+if (process.env.BENCH_TRACE === '1') traceOnSignal();
 
 // SIGTERM/SIGINT: exit at once, so --cpu-prof writes its profile.
 process.on('SIGTERM', () => process.exit(0));
