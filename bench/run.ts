@@ -176,8 +176,6 @@ interface CpuShare {
 
 interface Run extends WrkResult {
   cpu: CpuShare;
-  /** With BENCH_TRACE: the server's GC pauses and event-loop delay during the measurement. */
-  trace?: GcTrace | undefined;
 }
 
 interface Cell {
@@ -786,7 +784,7 @@ async function main(): Promise<void> {
                 scriptCallsPerRequest: scriptCalls / result.requests,
                 usPerScriptCall: scriptCalls === 0 ? 0 : (commandsAfter.scriptUsec - commandsBefore.scriptUsec) / scriptCalls,
               };
-              scenarioCells[i].runs.push({ ...result, cpu, trace });
+              scenarioCells[i].runs.push({ ...result, cpu });
               log(
                 `${scenario.id} round ${round + 1}/${ROUNDS} ${server.framework.padEnd(7)} ${server.limiter.padEnd(4)} ${fmtRps(result.requestsPerSecond).padStart(7)} req/s  p50 ${fmtMs(result.p50Us)} ms  p99 ${fmtMs(result.p99Us)} ms  CPU server/redis/wrk/other ${fmtCpu(cpu)}  server ${cpu.serverUsPerRequest.toFixed(1)} µs/req  redis ${cpu.redisUsPerRequest.toFixed(1)} µs/req  ${fmtScriptCalls(cpu)}  ${statusMix(result)}${fmtTrace(trace)}`,
               );
