@@ -11,9 +11,10 @@
  */
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { constants, PerformanceObserver } from 'node:perf_hooks';
+import { PerformanceObserver } from 'node:perf_hooks';
 import Redis from 'ioredis';
 import { startRedis } from '../support/redis-server';
+import { isScavenge } from './gc';
 import { sinkPort } from './sink-port';
 
 const REQUESTS = 400_000;
@@ -53,9 +54,7 @@ async function measure(port: number): Promise<void> {
   await run(REQUESTS / 4); // warm-up: optimized code, and the young generation at its size
   let scavenges = 0;
   const observer = new PerformanceObserver((list) => {
-    for (const entry of list.getEntries())
-      if (((entry as { detail?: unknown }).detail as { kind?: number } | undefined)?.kind === constants.NODE_PERFORMANCE_GC_MINOR)
-        scavenges++;
+    for (const entry of list.getEntries()) if (isScavenge(entry)) scavenges++;
   });
   observer.observe({ entryTypes: ['gc'] });
   const before = process.cpuUsage();
@@ -71,7 +70,7 @@ async function measure(port: number): Promise<void> {
 
 async function main(): Promise<void> {
   const { compileForBench } = require('./compile') as typeof import('./compile');
-  const build = compileForBench(['allocations.ts', 'sink-port.ts'], undefined, ['support/redis-server.ts']);
+  const build = compileForBench(['allocations.ts', 'gc.ts', 'sink-port.ts'], undefined, ['support/redis-server.ts']);
   const redis = await startRedis();
   try {
     const result = spawnSync(process.execPath, ['--max-semi-space-size=1', join(build, 'bench', 'allocations.js'), String(redis.port)], {

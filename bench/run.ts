@@ -660,7 +660,7 @@ function wrkVersion(): string {
 
 async function main(): Promise<void> {
   const started = new Date();
-  buildDir = compileForBench(['server.ts']);
+  buildDir = compileForBench(['server.ts', 'gc.ts']);
   const loadBefore = loadavg();
   const redis = await startRedis();
   const admin = new Redis({ port: redis.port, host: '127.0.0.1', lazyConnect: true });

@@ -24,11 +24,12 @@
  * Every limiter identifies a request by its `x-id` header, and the route answers a short
  * text. Prints `READY <port>` on stdout once Redis is connected and the server listens.
  */
-import { constants, monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
+import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import Redis, { Cluster, type RedisOptions } from 'ioredis';
 import { Redis as IoValkey, Cluster as IoValkeyCluster } from 'iovalkey';
 import { createClient, createCluster } from 'redis';
 import type { RedisStoreClient } from '../src';
+import { isScavenge } from './gc';
 
 const framework = process.env.BENCH_FRAMEWORK ?? 'express';
 const limiterName = process.env.BENCH_LIMITER ?? 'bare';
@@ -366,8 +367,7 @@ function traceOnSignal(): void {
   let longestGcMs = 0;
   new PerformanceObserver((list) => {
     for (const entry of list.getEntries()) {
-      const kind = ((entry as { detail?: unknown }).detail as { kind?: number } | undefined)?.kind;
-      if (kind === constants.NODE_PERFORMANCE_GC_MINOR) scavengeMs += entry.duration;
+      if (isScavenge(entry)) scavengeMs += entry.duration;
       else otherGcMs += entry.duration;
       longestGcMs = Math.max(longestGcMs, entry.duration);
     }
