@@ -1,5 +1,6 @@
 import { callEach } from '../async';
 import { RateLimitTimeoutError } from '../errors';
+import type { HeldCheck } from '../stores/types';
 
 /** One bounded call: settled by its store reply or by its deadline, whichever comes first. */
 export interface Pending {
@@ -10,6 +11,8 @@ export interface Pending {
   caller: Caller;
   /** Stops the call's wait for the store to connect, if it waits: called when the deadline comes first. */
   abandon?: (() => void) | undefined;
+  /** The check, while the store holds it back unsent: withdrawn when the deadline comes first. */
+  held?: HeldCheck | undefined;
 }
 
 /** A store's `whenConnected` (see `Store`): what holds a call back until the store can take it. */
@@ -72,6 +75,7 @@ export class Deadlines {
     // answered meanwhile does not stay in memory for up to timeoutMs.
     pending.caller = NOBODY;
     pending.abandon = undefined;
+    pending.held = undefined;
     this.dropSettled();
     return true;
   }
@@ -155,6 +159,7 @@ export class Deadlines {
     // HTTP path goes on to the next handler), and one that throws must not leave the rest waiting.
     callEach(expired, (pending) => {
       pending.abandon?.();
+      pending.held?.withdraw();
       const error = new RateLimitTimeoutError(`rate limit store did not answer within ${this.timeoutMs} ms`);
       this.onTimeout?.(error);
       pending.caller.answered(error);

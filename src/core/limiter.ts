@@ -10,7 +10,7 @@ import { smallestLimit, type Tier, tiersWithQuota } from '../tiers';
 import { checkOptions } from '../validate';
 import { CircuitBreaker } from './breaker';
 import { type CallInputs, callInputs, checkDecision, waitInputs } from './call-options';
-import { Deadlines, type Gate } from './deadlines';
+import { Deadlines, type Gate, type Pending } from './deadlines';
 import { blockedMsOf, decodeDecision, neverAllowed, withoutQuota } from './decision';
 import { DenyCache } from './deny-cache';
 import { KeyCache, leaseKeyOf } from './keys';
@@ -316,14 +316,16 @@ class RateLimiter implements LimiterCore {
       }
       check.answered(undefined, decision);
     };
-    if (pending === undefined || this.store.whenConnected === undefined) this.sendCheck(key, call, replied);
-    else this.deadlines.sendThrough(pending, this.gate, () => this.sendCheck(key, call, replied));
+    if (pending === undefined || this.store.whenConnected === undefined) this.sendCheck(key, call, replied, pending);
+    else this.deadlines.sendThrough(pending, this.gate, () => this.sendCheck(key, call, replied, pending));
   }
 
-  /** Hands a check to the store. */
-  private sendCheck(key: string, call: ScriptCall, replied: Done<RawReply>): void {
-    if (call.lease === undefined) this.runStoreCheck(this.scripts, key, call, replied);
-    else
+  /** Hands a check to the store; one the store holds back unsent is withdrawn if `pending` times out first. */
+  private sendCheck(key: string, call: ScriptCall, replied: Done<RawReply>, pending: Pending | undefined): void {
+    if (call.lease === undefined) {
+      const held = this.runStoreCheck(this.scripts, key, call, replied);
+      if (held !== undefined && pending !== undefined && !pending.settled) pending.held = held;
+    } else
       (this.store as Required<Store>).checkLease(this.scripts, key, leaseKeyOf(key), call).then((raw) => replied(undefined, raw), replied);
   }
 
@@ -456,12 +458,13 @@ function storeCheckOf(store: Store): RunCheck {
       reply = store.check(scripts, key, call);
     } catch (error) {
       done(error);
-      return;
+      return undefined;
     }
     reply.then(
       (raw) => (raw === undefined ? done(new TypeError('store.check() resolved to undefined, not a script reply')) : done(undefined, raw)),
       done,
     );
+    return undefined;
   };
 }
 

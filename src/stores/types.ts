@@ -45,7 +45,17 @@ export interface Store {
   readies?(): number;
 }
 
+/**
+ * A check a store holds back before sending it (a batch waiting for its Redis server's answer to
+ * the call before): withdrawn once its caller has had the timeout, it is then never sent, so
+ * never counted after its caller was told it failed.
+ */
+export interface HeldCheck {
+  withdraw(): void;
+}
+
 /** A store that can also answer a check through a callback, as `RedisStore` does: the limiter's hot path then builds no promise. */
 export interface CallbackStore extends Store {
-  checkWithCallback(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): void;
+  /** Answers the check while the store holds it back unsent, `undefined` once it is sent (or answered). */
+  checkWithCallback(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): HeldCheck | undefined;
 }

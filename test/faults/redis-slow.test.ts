@@ -2,11 +2,13 @@
  * Redis alive but not answering: `DEBUG SLEEP 1` sent from a separate connection blocks
  * the server for a second. Proves that checks give up at timeoutMs (measured) with a
  * RateLimitTimeoutError, that the adapters then fail open (200 without rate-limit
- * headers) or closed (503) as configured, and that decisions come back after the sleep;
+ * headers) or closed (503) as configured, that decisions come back after the sleep, and that a
+ * check held back behind the call in flight leaves after 10 ms, unless its caller has had the
+ * timeout by then;
  * on every client configuration of redis-faults.ts, and over HTTP with each library's recommended one.
  */
 import { performance } from 'node:perf_hooks';
-import { createLimiter, RedisStore } from '../../src';
+import { createLimiter, type Limiter, RedisStore } from '../../src';
 import { closeAgent, FRAMEWORKS, get, startApp } from '../helpers/http-load';
 import { watchEachTest } from '../helpers/process';
 import {
@@ -78,6 +80,38 @@ describe.each(CLIENT_CONFIGS)('limiter on a client: %s', (configName, clientConf
       `  limiter, ${configName}: 50 checks timed out after ${Math.min(...times).toFixed(0)}-${Math.max(...times).toFixed(0)} ms; ` +
         `${countedLate} of them counted when Redis woke up`,
     );
+  });
+});
+
+describe.each(CLIENT_CONFIGS)('a check held behind a call Redis does not answer, %s', (configName, clientConfig) => {
+  test('waits for it 10 ms at most, and is never sent once its caller has had the timeout', async () => {
+    const client = await readyClient(clientConfig);
+    const prefix = `held-${configName.split(' ').slice(0, 2).join('-')}`;
+    // Each on a store of its own: a store holds back only checks behind its own calls.
+    const limiterOf = (timeoutMs: number) =>
+      createLimiter({ store: new RedisStore({ client }), limit: 1000, window: '1m', timeoutMs, prefix: `${prefix}-${timeoutMs}` });
+    const shortLived = limiterOf(5);
+    const usual = limiterOf(TIMEOUT_MS);
+    // Loads the script for both (a check of shortLived may not be answered within 5 ms on a busy machine).
+    await usual.check('warm-up');
+    const { awake } = await sleepRedis();
+    // On each store, the first check leaves at once and waits in Redis; the second waits for its answer.
+    const outcomes = await Promise.allSettled([
+      shortLived.check('sent'),
+      shortLived.check('held'),
+      usual.check('sent'),
+      usual.check('held'),
+    ]);
+    expect(outcomes.map((outcome) => (outcome.status === 'rejected' ? (outcome.reason as Error).name : 'answered'))).toEqual(
+      new Array(4).fill('RateLimitTimeoutError'),
+    );
+    await awake;
+    const counted = async (limiter: Limiter, identifier: string) => (await limiter.peek(identifier, { cost: 0 })).estimated;
+    // Timed out at 5 ms, before it had waited 10: never sent.
+    expect([await counted(shortLived, 'sent'), await counted(shortLived, 'held')]).toEqual([1, 0]);
+    // Sent after 10 ms, and counted when Redis woke up, like every check written to it.
+    expect([await counted(usual, 'sent'), await counted(usual, 'held')]).toEqual([1, 1]);
+    expect(rejections.reasons).toEqual([]);
   });
 });
 

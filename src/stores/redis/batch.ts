@@ -1,12 +1,13 @@
 /**
- * The batching of one event-loop turn's checks into few script calls, and the arguments of
- * repeated checks built once (so a batch whose checks share them sends them once).
+ * The batching of checks into few script calls, and the arguments of repeated checks built once
+ * (so a batch whose checks share them sends them once).
  */
 import type { CheckScript, RawReply } from '../../algorithms/types';
 import { callEach, type Done } from '../../async';
 import { storeErrorOf } from '../../errors';
 import { batchArgv, batchReply, FAILED_CHECK, type ScriptCall, scriptArgv } from '../../protocol';
 import { sameTiers, type Tier } from '../../tiers';
+import type { HeldCheck } from '../types';
 import { slotOf } from './cluster-slot';
 
 /** Sends one script call for one key, or one batch call for several keys (the batch encoding of `protocol.ts`). */
@@ -60,36 +61,69 @@ function notServedHere(message: string): boolean {
   return message.includes('non local key') || message.includes('cluster is down');
 }
 
-interface Entry {
-  readonly script: CheckScript;
-  readonly key: string;
-  readonly argv: readonly (string | number)[];
-  readonly done: Done<RawReply>;
+/** A check waiting in a queue until its call leaves. */
+class Entry implements HeldCheck {
   /** The key's Cluster slot, once computed. */
-  slot: number;
+  slot = -1;
+  /** Set once its caller was answered without it (its deadline passed): it is then never sent. */
+  withdrawn = false;
+
+  constructor(
+    readonly script: CheckScript,
+    readonly key: string,
+    readonly argv: readonly (string | number)[],
+    readonly done: Done<RawReply>,
+  ) {}
+
+  withdraw(): void {
+    this.withdrawn = true;
+  }
 }
 
 /**
- * Checks per batch call. A batch goes out as soon as it is this full, so that Redis works on it
- * while this process reads more requests: waiting for the whole turn instead left the server idle
- * while Redis ran one large batch (`npm run bench`, Fastify (a); bench/NOTES.md has the sizes tried).
- * On a Cluster, each node's batch fills to this size on its own.
+ * Checks per batch call at most. A batch leaves once this full, without waiting any longer, so
+ * that Redis works on it while this process reads more requests: waiting for a whole turn left
+ * the server idle while Redis ran one large batch (`npm run bench`, Fastify (a); bench/NOTES.md
+ * has the sizes tried).
  */
 const FLUSH_AT = 16;
 
-/** The queue, on a Cluster, of checks whose node is not known (or takes no node batch now). */
+/**
+ * How long a check waits at most for the call in flight to a standalone server, in ms. Under load
+ * a reply comes much sooner. One that does not (a server that stalls, a connection being replaced)
+ * no longer holds the checks back: they go on their own, this much later than they would have gone
+ * without waiting. So a client's own request timeout still starts about when the check did (GLIDE's
+ * `requestTimeout`, which docs/valkey.md sets 50 ms under the limiter's `timeoutMs`).
+ */
+const HOLD_MS = 10;
+
+/** The queue, on a Cluster, of checks whose node is not known (or take no node batch now). */
 const NO_NODE: ClusterNode = {};
 
 /**
- * Gathers the checks started in one turn of the event loop and sends them as few script calls:
- * one write, one reply and one script run for up to {@link FLUSH_AT} requests instead of one each.
- * Under load several requests arrive per turn (the server reads many sockets per poll); a check
- * alone goes out at the end of its turn, as before. Each check keeps its own atomicity: the batch
+ * Gathers checks into few script calls: one write, one reply and one script run for up to
+ * {@link FLUSH_AT} requests instead of one each. Each check keeps its own atomicity: the batch
  * script runs the same check for each key in turn, exactly as separate calls would in that order.
+ *
+ * - **A standalone server: batches clocked by its replies.** A check leaves at once when no call
+ *   of this store is in flight; otherwise it waits for the answer ({@link HOLD_MS} at most), and
+ *   leaves with every check started meanwhile. A batch is thus as large as the load makes it (one
+ *   check on an idle server), and leaves as soon as Redis is ready for it.
+ * - **A Cluster: one batch per master and turn of the event loop.** The checks started in one turn
+ *   go at its end, one call per master (a node batch, of keys of several slots), or per slot when
+ *   the node is not known. Clocked by replies, three masters' batches came out smaller, for more
+ *   Redis CPU per request and no more requests served (bench/NOTES.md).
  */
 export class CheckBatcher {
-  private pending: Entry[] = [];
-  /** On a Cluster: the pending checks per node. */
+  /** Standalone: the checks waiting for the calls in flight. */
+  private waiting: Entry[] = [];
+  /** Standalone: the calls of this store in flight to the server. */
+  private inFlight = 0;
+  /** Standalone: when the oldest of {@link waiting} began to wait (`performance.now()`). */
+  private waitingSince = 0;
+  /** Standalone: armed while checks wait, to send them once they waited {@link HOLD_MS}. */
+  private holdTimer: NodeJS.Timeout | undefined;
+  /** On a Cluster: the pending checks of this turn, per node. */
   private readonly pendingByNode = new Map<ClusterNode, Entry[]>();
   private scheduled = false;
   /** Epoch ms until which node batches pause (see {@link NODE_BATCH_PAUSE_MS}); 0 when they do not. */
@@ -99,51 +133,74 @@ export class CheckBatcher {
 
   constructor(private readonly sender: BatchSender) {}
 
-  /** Queues a check; `done` gets its reply once its batch is answered. */
-  check(script: CheckScript, key: string, argv: readonly (string | number)[], done: Done<RawReply>): void {
-    const entry: Entry = { script, key, argv, done, slot: -1 };
+  /**
+   * Queues a check; `done` gets its reply once its batch is answered. Answers the check while it
+   * waits to be sent, to be withdrawn once its caller no longer waits, or `undefined` once sent.
+   */
+  check(script: CheckScript, key: string, argv: readonly (string | number)[], done: Done<RawReply>): HeldCheck | undefined {
+    const entry = new Entry(script, key, argv, done);
     const { cluster } = this.sender;
-    if (cluster === undefined) {
-      this.pending.push(entry);
-      if (this.pending.length >= FLUSH_AT) {
-        const full = this.pending;
-        this.pending = [];
-        this.flush(full);
-        return;
+    if (cluster !== undefined) return this.checkOnCluster(cluster, entry);
+    const waiting = this.waiting.push(entry);
+    if (waiting < FLUSH_AT && this.inFlight > 0) {
+      if (waiting === 1) {
+        this.waitingSince = performance.now();
+        this.holdTimer ??= setTimeout(this.holdExpired, HOLD_MS);
       }
-    } else {
-      entry.slot = slotOf(cluster.keyPrefix + key);
-      const node = this.nodeBatchesPaused() ? NO_NODE : (cluster.nodeOf(entry.slot) ?? NO_NODE);
-      const queue = this.pendingByNode.get(node);
-      if (queue === undefined) this.pendingByNode.set(node, [entry]);
-      else if (queue.push(entry) >= FLUSH_AT) {
-        this.pendingByNode.delete(node);
-        this.flush(queue);
-        return;
-      }
+      return entry;
+    }
+    this.sendWaiting();
+    return undefined;
+  }
+
+  /** Sends the waiting checks once they waited {@link HOLD_MS} for the server's answer. */
+  private readonly holdExpired = (): void => {
+    this.holdTimer = undefined;
+    if (this.waiting.length === 0) return;
+    const left = this.waitingSince + HOLD_MS - performance.now();
+    // A timer may fire up to a millisecond early.
+    if (left < 1) this.sendWaiting();
+    else this.holdTimer = setTimeout(this.holdExpired, left);
+  };
+
+  private sendWaiting(): void {
+    const entries = stillWanted(this.waiting);
+    this.waiting = [];
+    if (entries.length > 0) this.flush(entries, true);
+  }
+
+  /** A call counted in flight was answered: the waiting checks leave once none is in flight. */
+  private answered(): void {
+    if (--this.inFlight === 0 && this.waiting.length > 0) this.sendWaiting();
+  }
+
+  private checkOnCluster(cluster: ClusterRouting, entry: Entry): HeldCheck | undefined {
+    entry.slot = slotOf(cluster.keyPrefix + entry.key);
+    const node = this.nodeBatchesPaused() ? NO_NODE : (cluster.nodeOf(entry.slot) ?? NO_NODE);
+    const queue = this.pendingByNode.get(node);
+    if (queue === undefined) this.pendingByNode.set(node, [entry]);
+    else if (queue.push(entry) >= FLUSH_AT) {
+      this.pendingByNode.delete(node);
+      this.flush(queue, false);
+      return undefined;
     }
     if (!this.scheduled) {
       this.scheduled = true;
       // After the poll phase: every request read in this turn has had its check started by then.
       setImmediate(this.flushTurn);
     }
+    return entry;
   }
 
   private readonly flushTurn = (): void => {
     this.scheduled = false;
-    if (this.pending.length > 0) {
-      const entries = this.pending;
-      this.pending = [];
-      this.flush(entries);
-    }
-    if (this.pendingByNode.size > 0) {
-      const queues = [...this.pendingByNode.values()];
-      this.pendingByNode.clear();
-      for (const entries of queues) this.flush(entries);
-    }
+    const queues = [...this.pendingByNode.values()];
+    this.pendingByNode.clear();
+    for (const entries of queues) this.flush(stillWanted(entries), false);
   };
 
-  private flush(entries: Entry[]): void {
+  /** Sends `entries`; `clocked`: each call is counted in flight until answered (standalone). */
+  private flush(entries: readonly Entry[], clocked: boolean): void {
     // Entries of one script (algorithm) share a call; a limiter rarely mixes algorithms on one store.
     let from = 0;
     while (from < entries.length) {
@@ -153,7 +210,7 @@ export class CheckBatcher {
       const group = to - from === entries.length ? entries : entries.slice(from, to);
       const { cluster } = this.sender;
       if (cluster !== undefined && group.length > 1) this.spread(cluster, script, group);
-      else this.send(script, group);
+      else this.send(script, group, clocked);
       from = to;
     }
   }
@@ -185,7 +242,7 @@ export class CheckBatcher {
       if (entries.length > 1 && !oneSlot(entries)) this.sendToNode(cluster, node, script, entries);
       else append(bySlot, entries[0].slot, ...entries);
     }
-    for (const entries of bySlot.values()) this.send(script, entries);
+    for (const entries of bySlot.values()) this.send(script, entries, false);
   }
 
   private sendToNode(cluster: ClusterRouting, node: ClusterNode, script: CheckScript, group: readonly Entry[]): void {
@@ -211,7 +268,7 @@ export class CheckBatcher {
         if (elsewhere.length > 0) cluster.mapStale?.();
         if (elsewhere.length === group.length) this.nodeBatchesPausedUntil = Date.now() + NODE_BATCH_PAUSE_MS;
         // Sent again through the client's routing, which follows MOVED and ASK.
-        for (const ofSlot of groupBySlot(elsewhere)) this.send(script, ofSlot);
+        for (const ofSlot of groupBySlot(elsewhere)) this.send(script, ofSlot, false);
       },
       (error: unknown) => {
         if (!withoutScriptFlags(error)) {
@@ -219,15 +276,25 @@ export class CheckBatcher {
           return;
         }
         this.nodeBatches = false;
-        for (const ofSlot of groupBySlot(group)) this.send(script, ofSlot);
+        for (const ofSlot of groupBySlot(group)) this.send(script, ofSlot, false);
       },
     );
   }
 
-  private send(script: CheckScript, group: readonly Entry[]): void {
+  private send(script: CheckScript, group: readonly Entry[], clocked: boolean): void {
     if (group.length === 1) {
       const [only] = group;
-      this.sender.one(script, only.key, only.argv).then((reply) => only.done(undefined, reply as RawReply), only.done);
+      if (clocked) this.inFlight++;
+      this.sender.one(script, only.key, only.argv).then(
+        (reply) => {
+          if (clocked) this.answered();
+          only.done(undefined, reply as RawReply);
+        },
+        (error: unknown) => {
+          if (clocked) this.answered();
+          only.done(error);
+        },
+      );
       return;
     }
     const keys: string[] = new Array(group.length);
@@ -238,11 +305,19 @@ export class CheckBatcher {
     }
     // Checks holding the same arguments array (see RepeatedCheckArgv) send it once.
     const argv = batchArgv(perKey);
+    if (clocked) this.inFlight++;
     // Each answer may run the app's own code (the HTTP path goes on to the next handler): one
-    // that throws must not leave the rest of the batch unanswered.
+    // that throws must not leave the rest of the batch unanswered. The checks waiting for this
+    // reply leave first, so that Redis works on them while this process answers these.
     this.sender.many(script, keys, argv).then(
-      (replies) => callEach(group, (entry, i) => answer(entry, String((replies as unknown[])[i]))),
-      (error: unknown) => callEach(group, (entry) => entry.done(error)),
+      (replies) => {
+        if (clocked) this.answered();
+        callEach(group, (entry, i) => answer(entry, String((replies as unknown[])[i])));
+      },
+      (error: unknown) => {
+        if (clocked) this.answered();
+        callEach(group, (entry) => entry.done(error));
+      },
     );
   }
 }
@@ -257,6 +332,12 @@ function answer(entry: Entry, text: string): void {
     return;
   }
   entry.done(undefined, reply);
+}
+
+/** `entries` without those withdrawn: their callers were answered, and a check sent now would count after that. */
+function stillWanted(entries: Entry[]): Entry[] {
+  for (let i = 0; i < entries.length; i++) if (entries[i].withdrawn) return entries.filter((entry) => !entry.withdrawn);
+  return entries;
 }
 
 function append<K>(groups: Map<K, Entry[]>, key: K, ...entries: Entry[]): void {

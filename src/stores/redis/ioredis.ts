@@ -155,8 +155,8 @@ function evaluate(client: IoredisClient, lua: string, keys: readonly string[], a
  * - `commandQueue`: sent but not answered; resent with `autoResendUnfulfilledCommands` (on by
  *   default). ioredis replaces this queue only when it connects again.
  * - `offlineQueue` (with `enableOfflineQueue`, on by default): commands that found the socket
- *   already ended while the client still said `ready` (a check batched in one event-loop turn
- *   and written in the next, after Redis died). The store never hands ioredis a check while its
+ *   already ended while the client still said `ready` (a check batched, and written a moment
+ *   later, after Redis died). The store never hands ioredis a check while its
  *   status is not `ready`, so only that instant adds to it.
  *
  * A check the limiter has already reported failed (timed out, failed open or closed) would be

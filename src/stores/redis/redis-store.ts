@@ -3,7 +3,7 @@ import { type Done, promiseCallback } from '../../async';
 import { OptionError, StoreUnavailableError } from '../../errors';
 import { type ScriptCall, scriptArgv } from '../../protocol';
 import { checkOptions, keysOf } from '../../validate';
-import type { CallbackStore } from '../types';
+import type { CallbackStore, HeldCheck } from '../types';
 import { CheckBatcher, RepeatedCheckArgv } from './batch';
 import { type GlideClient, type GlideClusterClient, glideAdapter, isGlideClient } from './glide';
 import { type IoredisClient, ioredisAdapter, isIoredisClient } from './ioredis';
@@ -51,9 +51,9 @@ const OPTIONS = keysOf<RedisStoreOptions>({ client: true });
  * Keeps rate-limit state in Redis or Valkey (standalone or Cluster), through ioredis (or
  * iovalkey), node-redis or Valkey GLIDE. Each
  * check is one `EVALSHA` of the algorithm's script, falling back to `EVAL` when Redis answers
- * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`); the checks started in one event-loop turn share
- * one `EVALSHA` of the batch script (on a Cluster, one per master). Each identifier is one key, so
- * every check touches a single Cluster slot.
+ * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`); checks started while the call before them is
+ * in flight share one `EVALSHA` of the batch script (on a Cluster, the checks of one event-loop
+ * turn, one per master). Each identifier is one key, so every check touches a single Cluster slot.
  */
 export class RedisStore implements CallbackStore {
   readonly client: RedisStoreClient;
@@ -61,7 +61,7 @@ export class RedisStore implements CallbackStore {
   /** True on a Cluster, whose keys live on several nodes. */
   readonly sharded: boolean;
   private readonly redis: RedisClientAdapter;
-  /** Gathers the checks of one event-loop turn into few calls: on a Cluster, one per master. */
+  /** Gathers checks into few calls: on a Cluster, one per master and turn of the event loop. */
   private readonly batcher: CheckBatcher;
   private readonly checkArgv = new RepeatedCheckArgv();
   private closed = false;
@@ -85,8 +85,9 @@ export class RedisStore implements CallbackStore {
     const redis = adapterFor(client);
     this.redis = redis;
     this.sharded = redis.cluster;
-    // A batch goes out a turn after its checks started: the connection may have dropped since,
-    // and a client would then queue the batch, to count it after a reconnection. Ask again.
+    // A batch may go out a little after its checks started (once the call before it is answered,
+    // or at the end of the turn): the connection may have dropped since, and a client would then
+    // queue the batch, to count it after a reconnection. Ask again.
     const { routing } = redis;
     this.batcher = new CheckBatcher({
       one: (script, key, argv) => whenAvailable(this.unavailable, () => redis.run(script.lua, [key], argv)),
@@ -132,16 +133,17 @@ export class RedisStore implements CallbackStore {
   }
 
   /** {@link check} with a callback: the limiter's hot path, which builds no promise per check. */
-  checkWithCallback(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): void {
+  checkWithCallback(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): HeldCheck | undefined {
     const argv = this.checkArgv.argv(call);
     const unavailable = this.unavailable();
-    if (unavailable !== undefined) done(new StoreUnavailableError(unavailable));
-    else this.batcher.check(scripts.check, key, argv, done);
+    if (unavailable === undefined) return this.batcher.check(scripts.check, key, argv, done);
+    done(new StoreUnavailableError(unavailable));
+    return undefined;
   }
 
   /** @deprecated Use {@link checkWithCallback}. */
-  checkThen(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): void {
-    this.checkWithCallback(scripts, key, call, done);
+  checkThen(scripts: AlgorithmScripts, key: string, call: ScriptCall, done: Done<RawReply>): HeldCheck | undefined {
+    return this.checkWithCallback(scripts, key, call, done);
   }
 
   /** Why a command sent now would not go to Redis at once, or `undefined`. */

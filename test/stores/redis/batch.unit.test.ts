@@ -2,9 +2,12 @@
  * RepeatedCheckArgv: the arguments of a check are built once while its inputs repeat, and
  * built again as soon as any input differs, including a tier changed in place.
  *
- * CheckBatcher on a Cluster, over a scripted sender: what goes in a node batch, and what is sent
- * again when a node cannot run it (before Redis 7) or answers that it does not serve a key. The
- * same paths against a real cluster are in cluster-batch.test.ts, except the Redis 6 fallback.
+ * CheckBatcher, over a scripted sender. On a standalone server: when a check leaves (at once
+ * while nothing is in flight, else with the answer of the call in flight, 10 ms at most), and
+ * that a withdrawn check is never sent. On a Cluster: what goes in a node batch, and what is
+ * sent again when a node cannot run it (before Redis 7) or answers that it does not serve a key.
+ * The same paths against real servers are in round-trips.test.ts, test/faults/redis-slow.test.ts
+ * and cluster-batch.test.ts, except the Redis 6 fallback.
  */
 import { ALGORITHMS, type RawReply } from '../../../src/algorithms';
 import { StoreError } from '../../../src/errors';
@@ -78,6 +81,129 @@ describe('RepeatedCheckArgv', () => {
   });
 });
 
+/** A reply the test gives when it chooses, or a failure. */
+interface Deferred {
+  readonly what: string;
+  answer(reply: unknown): void;
+  fail(error: Error): void;
+}
+
+describe('CheckBatcher on a standalone server: batches clocked by replies', () => {
+  const script = ALGORITHMS['sliding-window'].check;
+  const argv = scriptArgv(call(undefined, 1, false, 0, [{ limit: 10, window: 1_000 }]));
+
+  /** A sender whose calls the test answers. */
+  function heldSender() {
+    const calls: Deferred[] = [];
+    const deferred = (what: string) => new Promise<unknown>((resolve, reject) => calls.push({ what, answer: resolve, fail: reject }));
+    const batchSender: BatchSender = {
+      one: (_script, key) => deferred(`one ${key}`),
+      many: (_script, keys) => deferred(`many ${keys.join(' ')}`),
+    };
+    return { batchSender, calls, sent: () => calls.map((c) => c.what) };
+  }
+
+  /** Answers every check of a call as allowed, as a batch (or a single check) would. */
+  function allowAll(deferred: Deferred): void {
+    const keys = deferred.what.split(' ').slice(1);
+    deferred.answer(deferred.what.startsWith('one') ? [1, 9, 0] : keys.map(() => '1,9,0'));
+  }
+
+  const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+  // The time a check waits at most passes only when a test says so.
+  beforeEach(() => jest.useFakeTimers({ doNotFake: ['setImmediate'] }));
+  afterEach(() => jest.useRealTimers());
+
+  test('a check leaves at once while nothing is in flight; those started meanwhile leave together with its answer', async () => {
+    const { batchSender, calls, sent } = heldSender();
+    const batcher = new CheckBatcher(batchSender);
+    const answers: string[] = [];
+    const check = (key: string) => batcher.check(script, key, argv, (error) => answers.push(error ? `${key} failed` : key));
+    expect(check('a')).toBeUndefined();
+    expect(sent()).toEqual(['one a']);
+    expect(check('b')).toBeDefined();
+    expect(check('c')).toBeDefined();
+    await settle();
+    // Not at the end of the turn: they wait for the call in flight.
+    expect(sent()).toEqual(['one a']);
+    allowAll(calls[0]);
+    await settle();
+    expect(sent()).toEqual(['one a', 'many b c']);
+    expect(answers).toEqual(['a']);
+    // A failed call lets the next ones go too.
+    check('d');
+    calls[1].fail(new Error('connection lost'));
+    await settle();
+    expect(answers).toEqual(['a', 'b failed', 'c failed']);
+    expect(sent()).toEqual(['one a', 'many b c', 'one d']);
+    allowAll(calls[2]);
+    await settle();
+    expect(answers).toEqual(['a', 'b failed', 'c failed', 'd']);
+    // Idle again: the next check leaves at once.
+    check('e');
+    expect(sent()).toHaveLength(4);
+  });
+
+  test('sixteen waiting checks leave without waiting for the call in flight', async () => {
+    const { batchSender, sent } = heldSender();
+    const batcher = new CheckBatcher(batchSender);
+    const keys = Array.from({ length: 18 }, (_, i) => `k${i}`);
+    for (const key of keys) batcher.check(script, key, argv, () => undefined);
+    expect(sent()).toEqual(['one k0', `many ${keys.slice(1, 17).join(' ')}`]);
+  });
+
+  test('a check waits 10 ms at most for the call in flight, then leaves on its own', async () => {
+    const { batchSender, calls, sent } = heldSender();
+    const batcher = new CheckBatcher(batchSender);
+    const check = (key: string) => batcher.check(script, key, argv, () => undefined);
+    check('a');
+    check('b');
+    jest.advanceTimersByTime(5);
+    check('c');
+    jest.advanceTimersByTime(4);
+    expect(sent()).toEqual(['one a']);
+    // 10 ms after the oldest began to wait.
+    jest.advanceTimersByTime(1);
+    expect(sent()).toEqual(['one a', 'many b c']);
+    // The next one waits for both calls in flight, 10 ms of its own at most.
+    check('d');
+    allowAll(calls[0]);
+    await settle();
+    jest.advanceTimersByTime(9);
+    expect(sent()).toHaveLength(2);
+    jest.advanceTimersByTime(1);
+    expect(sent()).toEqual(['one a', 'many b c', 'one d']);
+  });
+
+  test('a withdrawn check is never sent nor answered; the others wait as before', async () => {
+    const { batchSender, calls, sent } = heldSender();
+    const batcher = new CheckBatcher(batchSender);
+    const answers: string[] = [];
+    const check = (key: string) => batcher.check(script, key, argv, () => answers.push(key));
+    check('a');
+    const late = check('late');
+    check('b');
+    late?.withdraw();
+    allowAll(calls[0]);
+    await settle();
+    expect(sent()).toEqual(['one a', 'one b']);
+    allowAll(calls[1]);
+    await settle();
+    expect(answers).toEqual(['a', 'b']);
+    // Every check withdrawn: nothing is sent, and the queue is idle again.
+    const only = check('c');
+    const gone = check('gone');
+    gone?.withdraw();
+    allowAll(calls[2]);
+    await settle();
+    expect(only).toBeUndefined();
+    expect(sent()).toEqual(['one a', 'one b', 'one c']);
+    check('d');
+    expect(sent()).toEqual(['one a', 'one b', 'one c', 'one d']);
+  });
+});
+
 describe('CheckBatcher on a Cluster', () => {
   const script = ALGORITHMS['sliding-window'].check;
   const argv = scriptArgv(call(undefined, 1, false, 0, [{ limit: 10, window: 1_000 }]));
@@ -131,6 +257,20 @@ describe('CheckBatcher on a Cluster', () => {
     const { batchSender, sent } = sender((batchKeys) => Promise.resolve(batchKeys.map(reply)));
     expect(await checkAll(new CheckBatcher(batchSender), keys)).toEqual(keys.map((key) => [1, key.length, 0]));
     expect(sent).toEqual(['node a b c a']);
+  });
+
+  test('a check withdrawn before the end of its turn is not sent', async () => {
+    const { batchSender, sent } = sender((batchKeys) => Promise.resolve(batchKeys.map(reply)));
+    const batcher = new CheckBatcher(batchSender);
+    const answered: string[] = [];
+    for (const key of ['a', 'b', 'c']) batcher.check(script, key, argv, () => answered.push(key))?.withdraw();
+    const others = checkAll(batcher, ['d', 'e']);
+    expect(await others).toEqual([
+      [1, 1, 0],
+      [1, 1, 0],
+    ]);
+    expect(sent).toEqual(['node d e']);
+    expect(answered).toEqual([]);
   });
 
   test('a node without script flags (before Redis 7): the checks go again per slot, answered once each', async () => {

@@ -6,7 +6,7 @@
  * commands are seen.
  */
 import { Redis } from 'ioredis';
-import { type AlgorithmName, createLimiter, RedisStore } from '../../../src';
+import { type AlgorithmName, createLimiter, type Limiter, RedisStore } from '../../../src';
 import { type RedisProcess, startRedis } from '../../../support/redis-server';
 import { closeClient, REDIS_CLIENTS, type StoreClient } from '../../helpers/redis';
 
@@ -85,7 +85,7 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
   });
   afterAll(() => closeClient(client));
 
-  test.each(ALGORITHMS)('%s: one EVALSHA per check, peek and refund, and one for all the checks of one turn', async (algorithm) => {
+  test.each(ALGORITHMS)('%s: one EVALSHA per check, peek and refund, and one per batch of checks started meanwhile', async (algorithm) => {
     const limiter = createLimiter({
       store: new RedisStore({ client }),
       limit: 5,
@@ -97,33 +97,40 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
     await limiter.check('warm-up'); // loads the scripts
     const counted = await limiter.check('warm-up');
     await limiter.refund('warm-up', counted);
-    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up')]); // loads the batch script
+    // The first leaves alone, the others in a batch once it is answered: loads the batch script.
+    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up'), limiter.check('warm-up')]);
     await reset();
     for (let i = 0; i < 7; i++) await limiter.check(`id-${i % 2}`); // allowed and denied alike
     await limiter.peek('id-0');
     const decision = await limiter.check('id-2', { cost: 2 });
     await limiter.refund('id-2', decision);
-    // Started in one turn of the event loop, 20 checks go out as two batch calls: 16 (a batch
-    // leaves once that full), then the other 4 at the end of the turn.
+    // Started in one turn of the event loop, 20 checks go out as three calls: the first alone (no
+    // call is in flight), the next 16 as a batch (a batch leaves once that full), then the other 3
+    // once both are answered.
     const parallel = await Promise.all(Array.from({ length: 20 }, () => limiter.check('parallel')));
     expect(parallel.filter((d) => d.allowed)).toHaveLength(5);
-    expect(await commandCalls()).toEqual({ evalsha: 7 + 1 + 1 + 1 + 2 });
+    expect(await commandCalls()).toEqual({ evalsha: 7 + 1 + 1 + 1 + 3 });
   });
 
   /** A limiter of 100 per minute whose batch script is loaded, with the commands seen so far forgotten. */
   async function withBatchScript(prefix: string) {
     const limiter = createLimiter({ store: new RedisStore({ client }), limit: 100, window: '1m', prefix: `${prefix}-${kind.name}` });
-    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up')]);
+    await Promise.all([limiter.check('warm-up'), limiter.check('warm-up'), limiter.check('warm-up')]);
     await reset();
     return limiter;
   }
 
+  /** 17 checks started at once, of `cost(i)`: the first goes alone, the other 16 in one batch call. */
+  function firstAloneThenBatch(limiter: Limiter, cost: (i: number) => number = () => 1) {
+    return Promise.all(Array.from({ length: 17 }, (_, i) => limiter.check(`id-${i}`, { cost: cost(i) })));
+  }
+
   test('a batch reads Redis TIME once: its checks are decided at one instant', async () => {
     const limiter = await withBatchScript('rt-time');
-    const decisions = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`)));
-    expect(await commandCalls()).toEqual({ evalsha: 1 });
-    expect(seenInScripts.time).toBe(1);
-    expect(new Set(decisions.map((decision) => decision.now)).size).toBe(1);
+    const decisions = await firstAloneThenBatch(limiter);
+    expect(await commandCalls()).toEqual({ evalsha: 2 });
+    expect(seenInScripts.time).toBe(2);
+    expect(new Set(decisions.slice(1).map((decision) => decision.now)).size).toBe(1);
     await reset();
     await limiter.check('alone');
     await limiter.check('alone');
@@ -133,16 +140,16 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
 
   test('a batch whose checks have the same arguments sends them once; checks of different costs send their own', async () => {
     const limiter = await withBatchScript('rt-argv');
-    const same = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`)));
-    expect(await commandCalls()).toEqual({ evalsha: 1 });
-    // The dry-run override, then the arguments every key shares.
-    expect(evalshaArgv).toEqual([2]);
-    expect(same.map((decision) => decision.remaining)).toEqual(Array.from({ length: 16 }, () => 99));
+    const same = await firstAloneThenBatch(limiter);
+    expect(await commandCalls()).toEqual({ evalsha: 2 });
+    // The batch's: the dry-run override, then the arguments every key shares.
+    expect(evalshaArgv[1]).toBe(2);
+    expect(same.map((decision) => decision.remaining)).toEqual(Array.from({ length: 17 }, () => 99));
     await reset();
-    const mixed = await Promise.all(Array.from({ length: 16 }, (_, i) => limiter.check(`id-${i}`, { cost: 1 + (i % 2) })));
-    expect(await commandCalls()).toEqual({ evalsha: 1 });
-    expect(evalshaArgv).toEqual([17]);
-    expect(mixed.map((decision) => decision.remaining)).toEqual(Array.from({ length: 16 }, (_, i) => 98 - (i % 2)));
+    const mixed = await firstAloneThenBatch(limiter, (i) => 1 + (i % 2));
+    expect(await commandCalls()).toEqual({ evalsha: 2 });
+    expect(evalshaArgv[1]).toBe(17);
+    expect(mixed.map((decision) => decision.remaining)).toEqual(Array.from({ length: 17 }, (_, i) => 98 - (i % 2)));
   });
 
   test('after SCRIPT FLUSH: one EVALSHA answered NOSCRIPT and one EVAL, then one EVALSHA per check again', async () => {
