@@ -131,7 +131,12 @@ export class CheckBatcher {
   /** False once Redis refused a node batch script's flags: batches go per slot from then on. */
   private nodeBatches = true;
 
-  constructor(private readonly sender: BatchSender) {}
+  /** Standalone: every call is counted in flight until answered, and the waiting checks leave with the last answer. */
+  private readonly clocked: boolean;
+
+  constructor(private readonly sender: BatchSender) {
+    this.clocked = sender.cluster === undefined;
+  }
 
   /**
    * Queues a check; `done` gets its reply once its batch is answered. Answers the check while it
@@ -166,7 +171,7 @@ export class CheckBatcher {
   private sendWaiting(): void {
     const entries = stillWanted(this.waiting);
     this.waiting = [];
-    if (entries.length > 0) this.flush(entries, true);
+    if (entries.length > 0) this.flush(entries);
   }
 
   /** A call counted in flight was answered: the waiting checks leave once none is in flight. */
@@ -181,7 +186,7 @@ export class CheckBatcher {
     if (queue === undefined) this.pendingByNode.set(node, [entry]);
     else if (queue.push(entry) >= FLUSH_AT) {
       this.pendingByNode.delete(node);
-      this.flush(queue, false);
+      this.flush(queue);
       return undefined;
     }
     if (!this.scheduled) {
@@ -196,11 +201,10 @@ export class CheckBatcher {
     this.scheduled = false;
     const queues = [...this.pendingByNode.values()];
     this.pendingByNode.clear();
-    for (const entries of queues) this.flush(stillWanted(entries), false);
+    for (const entries of queues) this.flush(stillWanted(entries));
   };
 
-  /** Sends `entries`; `clocked`: each call is counted in flight until answered (standalone). */
-  private flush(entries: readonly Entry[], clocked: boolean): void {
+  private flush(entries: readonly Entry[]): void {
     // Entries of one script (algorithm) share a call; a limiter rarely mixes algorithms on one store.
     let from = 0;
     while (from < entries.length) {
@@ -210,7 +214,7 @@ export class CheckBatcher {
       const group = to - from === entries.length ? entries : entries.slice(from, to);
       const { cluster } = this.sender;
       if (cluster !== undefined && group.length > 1) this.spread(cluster, script, group);
-      else this.send(script, group, clocked);
+      else this.send(script, group);
       from = to;
     }
   }
@@ -242,7 +246,7 @@ export class CheckBatcher {
       if (entries.length > 1 && !oneSlot(entries)) this.sendToNode(cluster, node, script, entries);
       else append(bySlot, entries[0].slot, ...entries);
     }
-    for (const entries of bySlot.values()) this.send(script, entries, false);
+    for (const entries of bySlot.values()) this.send(script, entries);
   }
 
   private sendToNode(cluster: ClusterRouting, node: ClusterNode, script: CheckScript, group: readonly Entry[]): void {
@@ -268,7 +272,7 @@ export class CheckBatcher {
         if (elsewhere.length > 0) cluster.mapStale?.();
         if (elsewhere.length === group.length) this.nodeBatchesPausedUntil = Date.now() + NODE_BATCH_PAUSE_MS;
         // Sent again through the client's routing, which follows MOVED and ASK.
-        for (const ofSlot of groupBySlot(elsewhere)) this.send(script, ofSlot, false);
+        for (const ofSlot of groupBySlot(elsewhere)) this.send(script, ofSlot);
       },
       (error: unknown) => {
         if (!withoutScriptFlags(error)) {
@@ -276,12 +280,13 @@ export class CheckBatcher {
           return;
         }
         this.nodeBatches = false;
-        for (const ofSlot of groupBySlot(group)) this.send(script, ofSlot, false);
+        for (const ofSlot of groupBySlot(group)) this.send(script, ofSlot);
       },
     );
   }
 
-  private send(script: CheckScript, group: readonly Entry[], clocked: boolean): void {
+  private send(script: CheckScript, group: readonly Entry[]): void {
+    const { clocked } = this;
     if (group.length === 1) {
       const [only] = group;
       if (clocked) this.inFlight++;
