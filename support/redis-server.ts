@@ -185,10 +185,13 @@ export interface RedisCluster {
   stop(): Promise<void>;
 }
 
-/** Starts `masters` cluster-enabled servers and joins them into one cluster with all 16384 slots covered. */
-export async function startCluster(masters = 3): Promise<RedisCluster> {
+/**
+ * Starts `masters` cluster-enabled servers and joins them into one cluster with all 16384 slots
+ * covered; `extraArgs` go to each server's command line.
+ */
+export async function startCluster(masters = 3, extraArgs: readonly string[] = []): Promise<RedisCluster> {
   const started = await Promise.allSettled(
-    Array.from({ length: masters }, () => startRedis(['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000'])),
+    Array.from({ length: masters }, () => startRedis(['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000', ...extraArgs])),
   );
   const nodes = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
   // Whatever fails from here, no server or directory is left behind.

@@ -9,6 +9,9 @@
  * preserved. When one master is SIGKILLed, identifiers on the two others keep being
  * limited exactly (right after the kill, and after the cluster marked the node failed),
  * while the dead master's identifiers fail open or closed within timeoutMs, over HTTP too.
+ * When one master stalls (`DEBUG SLEEP`), the checks held behind its node batch leave 10 ms
+ * later at most, are never sent once their caller timed out, and the other masters' checks are
+ * not held back.
  */
 import { performance } from 'node:perf_hooks';
 import { Cluster } from 'ioredis';
@@ -251,6 +254,52 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
     for (const id of ids) expect([id, (await limiter.peek(id, { cost: 0 })).estimated]).toEqual([id, answers.length]);
     expect(await to.redis.exists(...movingKeys)).toBe(movingKeys.length);
     expect(rejections.reasons).toEqual([]);
+  });
+
+  test('a master that stalls: checks held behind its node batch wait 10 ms at most, are never sent once their caller timed out, and hold back no other master', async () => {
+    // Each on a store of its own: a store holds back only checks behind its own calls.
+    const shortLived = clusterLimiter('stall-short', 1000, 5);
+    const usual = clusterLimiter('stall-usual', 1000, TIMEOUT_MS);
+    const stalled = cluster.nodes[0].port;
+    const other = cluster.nodes[1].port;
+    const idsOf = async (prefix: string) => {
+      const byNode = await identifiersByNode(prefix, 4);
+      return { stalledIds: byNode.get(stalled)!, otherIds: byNode.get(other)! };
+    };
+    const short = await idsOf('stall-short');
+    const usualIds = await idsOf('stall-usual');
+    // Loads the node batch script on every master (a check of shortLived may not be answered within 5 ms on a busy machine).
+    await oneTurn(
+      usual,
+      Array.from({ length: 30 }, (_, i) => `warm-${i}`),
+    );
+
+    const awake = admin.nodes.find((node) => node.port === stalled)!.redis.call('DEBUG', 'SLEEP', '1');
+    // Let the DEBUG reach the master before anything else does.
+    await sleep(20);
+    // On each store, the stalled master's first two checks leave at the end of their turn and wait
+    // in Redis; the next two, started a turn later, wait for their answer.
+    const endOfTurn = () => new Promise((resolve) => setImmediate(resolve));
+    const firstTurn = [shortLived, usual].map((limiter, i) => oneTurn(limiter, [short, usualIds][i].stalledIds.slice(0, 2)));
+    await endOfTurn();
+    const secondTurn = [shortLived, usual].map((limiter, i) => oneTurn(limiter, [short, usualIds][i].stalledIds.slice(2)));
+    // The other master's checks, started meanwhile, are answered as usual.
+    const started = performance.now();
+    expect(await oneTurn(usual, usualIds.otherIds)).toEqual(['allowed', 'allowed', 'allowed', 'allowed']);
+    const otherMs = performance.now() - started;
+    expect(otherMs).toBeLessThan(TIMEOUT_MS);
+    for (const answers of [...(await Promise.all(firstTurn)), ...(await Promise.all(secondTurn))]) {
+      expect(answers).toEqual(['SWL_TIMEOUT undefined', 'SWL_TIMEOUT undefined']);
+    }
+    await awake;
+    const counted = async (limiter: Limiter, ids: readonly string[]) =>
+      Promise.all(ids.map(async (id) => (await limiter.peek(id, { cost: 0 })).estimated));
+    // Timed out at 5 ms, before they had waited 10: never sent.
+    expect(await counted(shortLived, short.stalledIds)).toEqual([1, 1, 0, 0]);
+    // Sent after 10 ms, and counted when the master woke up, like every check written to it.
+    expect(await counted(usual, usualIds.stalledIds)).toEqual([1, 1, 1, 1]);
+    expect(rejections.reasons).toEqual([]);
+    figures.push(`  ${clientName}, one master stalled 1 s: another master's four checks answered in ${otherMs.toFixed(0)} ms`);
   });
 
   test("one master SIGKILLed: the others' identifiers stay exactly limited, the dead one's fail open or closed within timeoutMs", async () => {

@@ -337,9 +337,12 @@ export async function slidingWindowCount(client: Redis, key: string): Promise<nu
   return current + previous;
 }
 
-/** A three-master cluster in which losing one master leaves the others serving their slots. */
+/**
+ * A three-master cluster in which losing one master leaves the others serving their slots, and
+ * whose masters take `DEBUG` (to stall one).
+ */
 export async function startPartialCoverageCluster(): Promise<RedisCluster> {
-  const cluster = await startCluster(3);
+  const cluster = await startCluster(3, ['--enable-debug-command', 'yes']);
   for (const node of cluster.nodes) {
     const admin = new Redis(node.port, '127.0.0.1');
     try {

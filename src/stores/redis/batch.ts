@@ -80,6 +80,17 @@ class Entry implements HeldCheck {
   }
 }
 
+/** A Cluster node's pending checks. */
+class NodeQueue {
+  readonly entries: Entry[];
+  /** When the first of them was queued (`performance.now()`). */
+  readonly since = performance.now();
+
+  constructor(first: Entry) {
+    this.entries = [first];
+  }
+}
+
 /**
  * Checks per batch call at most. A batch leaves once this full, without waiting any longer, so
  * that Redis works on it while this process reads more requests: waiting for a whole turn left
@@ -109,10 +120,12 @@ const NO_NODE: ClusterNode = {};
  *   of this store is in flight; otherwise it waits for the answer ({@link HOLD_MS} at most), and
  *   leaves with every check started meanwhile. A batch is thus as large as the load makes it (one
  *   check on an idle server), and leaves as soon as Redis is ready for it.
- * - **A Cluster: one batch per master and turn of the event loop.** The checks started in one turn
- *   go at its end, one call per master (a node batch, of keys of several slots), or per slot when
- *   the node is not known. Clocked by replies, three masters' batches came out smaller, for more
- *   Redis CPU per request and no more requests served (bench/NOTES.md).
+ * - **A Cluster: one batch per master, at the end of a turn of the event loop once that master
+ *   answered.** The checks started in a turn go at its end, one call per master (a node batch, of
+ *   keys of several slots), or per slot when the node is not known; but a master's checks wait while
+ *   a node batch of this store to that master is in flight, and leave at the end of the turn of its
+ *   answer ({@link HOLD_MS} at most). Sent as soon as the reply came, mid-turn, a master's batch held
+ *   only what had come since the last, for more Redis CPU per request (bench/NOTES.md).
  */
 export class CheckBatcher {
   /** Standalone: the checks waiting for the calls in flight. */
@@ -123,8 +136,12 @@ export class CheckBatcher {
   private waitingSince = 0;
   /** Standalone: armed while checks wait, to send them once they waited {@link HOLD_MS}. */
   private holdTimer: NodeJS.Timeout | undefined;
-  /** On a Cluster: the pending checks of this turn, per node. */
-  private readonly pendingByNode = new Map<ClusterNode, Entry[]>();
+  /** On a Cluster: the pending checks, per node. */
+  private readonly pendingByNode = new Map<ClusterNode, NodeQueue>();
+  /** On a Cluster: the node batches of this store in flight, per node. */
+  private readonly nodeCallsInFlight = new Map<ClusterNode, number>();
+  /** On a Cluster: armed while a queue waits for its node's answer, to send it once it waited {@link HOLD_MS}. */
+  private nodeHoldTimer: NodeJS.Timeout | undefined;
   private scheduled = false;
   /** Epoch ms until which node batches pause (see {@link NODE_BATCH_PAUSE_MS}); 0 when they do not. */
   private nodeBatchesPausedUntil = 0;
@@ -183,26 +200,55 @@ export class CheckBatcher {
     entry.slot = slotOf(cluster.keyPrefix + entry.key);
     const node = this.nodeBatchesPaused() ? NO_NODE : (cluster.nodeOf(entry.slot) ?? NO_NODE);
     const queue = this.pendingByNode.get(node);
-    if (queue === undefined) this.pendingByNode.set(node, [entry]);
-    else if (queue.push(entry) >= FLUSH_AT) {
+    if (queue === undefined) this.pendingByNode.set(node, new NodeQueue(entry));
+    else if (queue.entries.push(entry) >= FLUSH_AT) {
       this.pendingByNode.delete(node);
-      this.flush(queue);
+      this.flush(queue.entries);
       return undefined;
     }
-    if (!this.scheduled) {
-      this.scheduled = true;
-      // After the poll phase: every request read in this turn has had its check started by then.
-      setImmediate(this.flushTurn);
-    }
+    this.flushAtEndOfTurn();
     return entry;
   }
 
+  private flushAtEndOfTurn(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    // After the poll phase: every request read in this turn has had its check started by then.
+    setImmediate(this.flushTurn);
+  }
+
+  /** Sends each node's queue, except one whose node has not answered its last batch yet (for {@link HOLD_MS} at most). */
   private readonly flushTurn = (): void => {
     this.scheduled = false;
-    const queues = [...this.pendingByNode.values()];
-    this.pendingByNode.clear();
-    for (const entries of queues) this.flush(stillWanted(entries));
+    const now = performance.now();
+    let held: number | undefined;
+    for (const [node, queue] of this.pendingByNode) {
+      const waited = now - queue.since;
+      if (node !== NO_NODE && this.nodeCallsInFlight.has(node) && waited < HOLD_MS - 1) {
+        held = Math.min(held ?? HOLD_MS, HOLD_MS - waited);
+        continue;
+      }
+      this.pendingByNode.delete(node);
+      this.flush(stillWanted(queue.entries));
+    }
+    if (held !== undefined && this.nodeHoldTimer === undefined) this.nodeHoldTimer = setTimeout(this.nodeHoldExpired, held);
   };
+
+  private readonly nodeHoldExpired = (): void => {
+    this.nodeHoldTimer = undefined;
+    this.flushTurn();
+  };
+
+  /** A node batch was answered: once none is in flight to its node, the node's queue leaves at the end of this turn. */
+  private nodeAnswered(node: ClusterNode): void {
+    const left = (this.nodeCallsInFlight.get(node) ?? 1) - 1;
+    if (left > 0) {
+      this.nodeCallsInFlight.set(node, left);
+      return;
+    }
+    this.nodeCallsInFlight.delete(node);
+    if (this.pendingByNode.has(node)) this.flushAtEndOfTurn();
+  }
 
   private flush(entries: readonly Entry[]): void {
     // Entries of one script (algorithm) share a call; a limiter rarely mixes algorithms on one store.
@@ -256,8 +302,10 @@ export class CheckBatcher {
       keys[i] = cluster.keyPrefix + group[i].key;
       perKey[i] = group[i].argv;
     }
+    this.nodeCallsInFlight.set(node, (this.nodeCallsInFlight.get(node) ?? 0) + 1);
     cluster.runOnNode(node, script, batchArgv(perKey, keys)).then(
       (replies) => {
+        this.nodeAnswered(node);
         const elsewhere: Entry[] = [];
         callEach(group, (entry, i) => {
           const text = String((replies as unknown[])[i]);
@@ -275,6 +323,7 @@ export class CheckBatcher {
         for (const ofSlot of groupBySlot(elsewhere)) this.send(script, ofSlot);
       },
       (error: unknown) => {
+        this.nodeAnswered(node);
         if (!withoutScriptFlags(error)) {
           callEach(group, (entry) => entry.done(error));
           return;

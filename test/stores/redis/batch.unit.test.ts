@@ -4,15 +4,18 @@
  *
  * CheckBatcher, over a scripted sender. On a standalone server: when a check leaves (at once
  * while nothing is in flight, else with the answer of the call in flight, 10 ms at most), and
- * that a withdrawn check is never sent. On a Cluster: what goes in a node batch, and what is
- * sent again when a node cannot run it (before Redis 7) or answers that it does not serve a key.
- * The same paths against real servers are in round-trips.test.ts, test/faults/redis-slow.test.ts
- * and cluster-batch.test.ts, except the Redis 6 fallback.
+ * that a withdrawn check is never sent. On a Cluster: what goes in a node batch, what is sent
+ * again when a node cannot run it (before Redis 7) or answers that it does not serve a key, and
+ * when a node's checks leave (at the end of a turn, once its node batch in flight was answered,
+ * 10 ms at most). The same paths against real servers are in round-trips.test.ts,
+ * test/faults/redis-slow.test.ts, cluster-batch.test.ts and test/faults/cluster-reshard.test.ts,
+ * except the Redis 6 fallback.
  */
 import { ALGORITHMS, type RawReply } from '../../../src/algorithms';
 import { StoreError } from '../../../src/errors';
 import { FAILED_CHECK, NODE_BATCH_SLOT, type ScriptCall, scriptArgv } from '../../../src/protocol';
 import { type BatchSender, CheckBatcher, RepeatedCheckArgv } from '../../../src/stores/redis/batch';
+import { slotOf } from '../../../src/stores/redis/cluster-slot';
 
 /** A check's call, from its inputs in ARGV order. */
 function call(
@@ -325,5 +328,122 @@ describe('CheckBatcher on a Cluster', () => {
     } finally {
       clock.mockRestore();
     }
+  });
+});
+
+describe('CheckBatcher on a Cluster: node batches clocked by their node’s replies', () => {
+  const script = ALGORITHMS['sliding-window'].check;
+  const argv = scriptArgv(call(undefined, 1, false, 0, [{ limit: 10, window: 1_000 }]));
+  // Keys of several slots on each node: "a…" keys on one, "b…" keys on the other.
+  const nodeA = { name: 'A' };
+  const nodeB = { name: 'B' };
+
+  /** A two-node sender whose node batches the test answers. */
+  function heldNodes() {
+    const calls: Deferred[] = [];
+    const slotsOfB = new Set<number>();
+    const batchSender: BatchSender = {
+      one: (_script, key) => Promise.resolve([1, key.length, 0]),
+      many: (_script, keys) => Promise.resolve(keys.map(() => '1,9,0')),
+      cluster: {
+        keyPrefix: '',
+        nodeOf: (slot) => (slotsOfB.has(slot) ? nodeB : nodeA),
+        runOnNode: (to, _script, nodeArgv) => {
+          const count = Number(nodeArgv[NODE_BATCH_SLOT.keyCount - 1]);
+          const keys = nodeArgv.slice(NODE_BATCH_SLOT.firstKey - 1, NODE_BATCH_SLOT.firstKey - 1 + count);
+          return new Promise<unknown>((resolve, reject) =>
+            calls.push({ what: `${to === nodeB ? 'B' : 'A'} ${keys.join(' ')}`, answer: resolve, fail: reject }),
+          );
+        },
+      },
+    };
+    for (const key of ['b1', 'b2', 'b3', 'b4', 'b5', 'b6']) slotsOfB.add(slotOf(key));
+    return { batchSender, calls, sent: () => calls.map((c) => c.what) };
+  }
+
+  const allowAll = (deferred: Deferred) =>
+    deferred.answer(
+      deferred.what
+        .split(' ')
+        .slice(1)
+        .map(() => '1,9,0'),
+    );
+  const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+  beforeEach(() => jest.useFakeTimers({ doNotFake: ['setImmediate'] }));
+  afterEach(() => jest.useRealTimers());
+
+  test('a node’s checks wait for its batch in flight and leave at the end of the answer’s turn; other nodes do not wait', async () => {
+    const { batchSender, calls, sent } = heldNodes();
+    const batcher = new CheckBatcher(batchSender);
+    const answers: string[] = [];
+    const check = (key: string) => batcher.check(script, key, argv, (error) => answers.push(error ? `${key} failed` : key));
+    check('a1');
+    check('a2');
+    expect(sent()).toEqual([]);
+    await settle();
+    expect(sent()).toEqual(['A a1 a2']);
+    // A's batch is in flight: its next checks wait for it over turns; B's leave at the end of their turn.
+    check('a3');
+    check('b1');
+    check('b2');
+    await settle();
+    check('a4');
+    await settle();
+    expect(sent()).toEqual(['A a1 a2', 'B b1 b2']);
+    allowAll(calls[0]);
+    // Those started in the turn of the answer go along.
+    check('a5');
+    await settle();
+    expect(sent()).toEqual(['A a1 a2', 'B b1 b2', 'A a3 a4 a5']);
+    expect(answers).toEqual(['a1', 'a2']);
+    // A failed batch lets the next ones go too.
+    check('a6');
+    check('a7');
+    calls[2].fail(new Error('connection lost'));
+    await settle();
+    expect(sent()).toEqual(['A a1 a2', 'B b1 b2', 'A a3 a4 a5', 'A a6 a7']);
+    expect(answers).toEqual(['a1', 'a2', 'a3 failed', 'a4 failed', 'a5 failed']);
+  });
+
+  test('a node’s checks wait 10 ms at most for its batch in flight, then leave on their own', async () => {
+    const { batchSender, sent } = heldNodes();
+    const batcher = new CheckBatcher(batchSender);
+    const check = (key: string) => batcher.check(script, key, argv, () => undefined);
+    check('a1');
+    check('a2');
+    await settle();
+    check('a3');
+    check('a4');
+    await settle();
+    jest.advanceTimersByTime(8);
+    await settle();
+    expect(sent()).toEqual(['A a1 a2']);
+    jest.advanceTimersByTime(2);
+    await settle();
+    expect(sent()).toEqual(['A a1 a2', 'A a3 a4']);
+  });
+
+  test('a held check withdrawn is not sent; sixteen leave without waiting', async () => {
+    const { batchSender, calls, sent } = heldNodes();
+    const batcher = new CheckBatcher(batchSender);
+    const answers: string[] = [];
+    const check = (key: string) => batcher.check(script, key, argv, () => answers.push(key));
+    check('a1');
+    check('a2');
+    await settle();
+    check('a3');
+    check('late')?.withdraw();
+    check('a4');
+    await settle();
+    allowAll(calls[0]);
+    // The answer's turn, then its end.
+    await settle();
+    await settle();
+    expect(sent()).toEqual(['A a1 a2', 'A a3 a4']);
+    const keys = Array.from({ length: 16 }, (_, i) => `x${i}`);
+    for (const key of keys) check(key);
+    expect(sent()).toEqual(['A a1 a2', 'A a3 a4', `A ${keys.join(' ')}`]);
+    expect(answers).toEqual(['a1', 'a2']);
   });
 });
