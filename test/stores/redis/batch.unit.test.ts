@@ -91,6 +91,15 @@ interface Deferred {
   fail(error: Error): void;
 }
 
+/** Answers every check of a call (`one <key>`, or `<batch> <keys...>`) as allowed, as a batch or a single check would. */
+function allowAll(deferred: Deferred): void {
+  const keys = deferred.what.split(' ').slice(1);
+  deferred.answer(deferred.what.startsWith('one') ? [1, 9, 0] : keys.map(() => '1,9,0'));
+}
+
+/** Lets the turn end: the checks queued in it leave (setImmediate is never faked here). */
+const settle = () => new Promise((resolve) => setImmediate(resolve));
+
 describe('CheckBatcher on a standalone server: batches clocked by replies', () => {
   const script = ALGORITHMS['sliding-window'].check;
   const argv = scriptArgv(call(undefined, 1, false, 0, [{ limit: 10, window: 1_000 }]));
@@ -105,14 +114,6 @@ describe('CheckBatcher on a standalone server: batches clocked by replies', () =
     };
     return { batchSender, calls, sent: () => calls.map((c) => c.what) };
   }
-
-  /** Answers every check of a call as allowed, as a batch (or a single check) would. */
-  function allowAll(deferred: Deferred): void {
-    const keys = deferred.what.split(' ').slice(1);
-    deferred.answer(deferred.what.startsWith('one') ? [1, 9, 0] : keys.map(() => '1,9,0'));
-  }
-
-  const settle = () => new Promise((resolve) => setImmediate(resolve));
 
   // The time a check waits at most passes only when a test says so.
   beforeEach(() => jest.useFakeTimers({ doNotFake: ['setImmediate'] }));
@@ -360,15 +361,6 @@ describe('CheckBatcher on a Cluster: node batches clocked by their node’s repl
     for (const key of ['b1', 'b2', 'b3', 'b4', 'b5', 'b6']) slotsOfB.add(slotOf(key));
     return { batchSender, calls, sent: () => calls.map((c) => c.what) };
   }
-
-  const allowAll = (deferred: Deferred) =>
-    deferred.answer(
-      deferred.what
-        .split(' ')
-        .slice(1)
-        .map(() => '1,9,0'),
-    );
-  const settle = () => new Promise((resolve) => setImmediate(resolve));
 
   beforeEach(() => jest.useFakeTimers({ doNotFake: ['setImmediate'] }));
   afterEach(() => jest.useRealTimers());
