@@ -266,8 +266,12 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
       const byNode = await identifiersByNode(prefix, 4);
       return { stalledIds: byNode.get(stalled)!, otherIds: byNode.get(other)! };
     };
-    const short = await idsOf('stall-short');
+    const shortIds = await idsOf('stall-short');
     const usualIds = await idsOf('stall-usual');
+    const stores = [
+      { limiter: shortLived, ids: shortIds.stalledIds },
+      { limiter: usual, ids: usualIds.stalledIds },
+    ];
     // Loads the node batch script on every master (a check of shortLived may not be answered within 5 ms on a busy machine).
     await oneTurn(
       usual,
@@ -280,9 +284,9 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
     // On each store, the stalled master's first two checks leave at the end of their turn and wait
     // in Redis; the next two, started a turn later, wait for their answer.
     const endOfTurn = () => new Promise((resolve) => setImmediate(resolve));
-    const firstTurn = [shortLived, usual].map((limiter, i) => oneTurn(limiter, [short, usualIds][i].stalledIds.slice(0, 2)));
+    const firstTurn = stores.map(({ limiter, ids }) => oneTurn(limiter, ids.slice(0, 2)));
     await endOfTurn();
-    const secondTurn = [shortLived, usual].map((limiter, i) => oneTurn(limiter, [short, usualIds][i].stalledIds.slice(2)));
+    const secondTurn = stores.map(({ limiter, ids }) => oneTurn(limiter, ids.slice(2)));
     // The other master's checks, started meanwhile, are answered as usual.
     const started = performance.now();
     expect(await oneTurn(usual, usualIds.otherIds)).toEqual(['allowed', 'allowed', 'allowed', 'allowed']);
@@ -296,7 +300,7 @@ describe.each(CLUSTER_CLIENTS)('%s', (clientName, connect) => {
       Promise.all(ids.map(async (id) => (await limiter.peek(id, { cost: 0 })).estimated));
     // Timed out at 5 ms, before they had waited 10: never sent. (Read with the usual timeout: a
     // peek may take more than 5 ms on a busy machine.)
-    expect(await counted(clusterLimiter('stall-short', 1000, TIMEOUT_MS), short.stalledIds)).toEqual([1, 1, 0, 0]);
+    expect(await counted(clusterLimiter('stall-short', 1000, TIMEOUT_MS), shortIds.stalledIds)).toEqual([1, 1, 0, 0]);
     // Sent after 10 ms, and counted when the master woke up, like every check written to it.
     expect(await counted(usual, usualIds.stalledIds)).toEqual([1, 1, 1, 1]);
     expect(rejections.reasons).toEqual([]);
