@@ -40,12 +40,12 @@ const CHECK = checkLua(
   end
   if blocked then allowed = 0 end
   if allowed == 1 and cost > 0 and not dryRun then
-    local parts = {}
+    local value
     for i = 1, tiers do
       counts[i] = counts[i] + cost
-      parts[i] = base36(math.floor(now / windows[i])) .. ':' .. base36(counts[i])
+      value = withTier(value, base36(math.floor(now / windows[i])) .. ':' .. base36(counts[i]))
     end
-    writeValue(key, table.concat(parts, ' '), expiry)
+    writeValue(key, value, expiry)
   end
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)
@@ -113,22 +113,22 @@ local function giveBack(saved, units)
   return givenBack
 end
 local function encodeState(saved)
-  local parts = {}
-  for i = 1, #saved / 2 do parts[i] = base36(saved[2 * i - 1]) .. ':' .. base36(saved[2 * i]) end
-  return table.concat(parts, ' ')
+  local value
+  for i = 1, #saved / 2 do value = withTier(value, base36(saved[2 * i - 1]) .. ':' .. base36(saved[2 * i])) end
+  return value
 end
 local function charge(saved, charged)
-  local parts = {}
+  local value
   local expiry = 0
   for i = 1, tiers do
     local index = math.floor(now / windows[i])
     local count = 0
     if saved[2 * i - 1] == index then count = saved[2 * i] end
-    parts[i] = base36(index) .. ':' .. base36(count + charged)
+    value = withTier(value, base36(index) .. ':' .. base36(count + charged))
     local left = (index + 1) * windows[i] - now
     if left > expiry then expiry = left end
   end
-  return table.concat(parts, ' '), expiry
+  return value, expiry
 end
 `,
 );

@@ -68,12 +68,25 @@ local function base36(number)
   base36Of[number] = text
   return text
 end
+-- The numbers of a counter string, in one table that the run's calls share: what a call answers
+-- is valid until the next call.
+local counterNumbers, counterCount = {}, 0
 local function readCounters(value)
-  local numbers = {}
+  local numbers, count = counterNumbers, 0
   if value then
-    for part in string.gmatch(value, '[0-9a-z]+') do numbers[#numbers + 1] = tonumber(part, 36) end
+    for part in string.gmatch(value, '[0-9a-z]+') do
+      count = count + 1
+      numbers[count] = tonumber(part, 36)
+    end
   end
+  for i = count + 1, counterCount do numbers[i] = nil end
+  counterCount = count
   return numbers
+end
+-- A counter string with one tier's text added: the usual one tier needs no table.concat.
+local function withTier(value, tierText)
+  if value == nil then return tierText end
+  return value .. ' ' .. tierText
 end
 -- floor(limit - numerator / denominator), at least 0, in exact integer steps.
 local function remainingOf(numerator, denominator, limit)

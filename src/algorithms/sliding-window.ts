@@ -104,12 +104,12 @@ const CHECK = checkLua(
   end
   if blocked then allowed = 0 end
   if allowed == 1 and cost > 0 and not dryRun then
-    local parts = {}
+    local value
     for i = 1, tiers do
       current[i] = current[i] + cost
-      parts[i] = base36(math.floor(now / windows[i])) .. ':' .. base36(current[i]) .. ':' .. base36(previous[i])
+      value = withTier(value, base36(math.floor(now / windows[i])) .. ':' .. base36(current[i]) .. ':' .. base36(previous[i]))
     end
-    writeValue(key, table.concat(parts, ' '), 2 * longest)
+    writeValue(key, value, 2 * longest)
   end
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)
@@ -189,18 +189,18 @@ local function giveBack(saved, units)
   return givenBack
 end
 local function encodeState(saved)
-  local parts = {}
-  for i = 1, #saved / 3 do parts[i] = base36(saved[3 * i - 2]) .. ':' .. base36(saved[3 * i - 1]) .. ':' .. base36(saved[3 * i]) end
-  return table.concat(parts, ' ')
+  local value
+  for i = 1, #saved / 3 do value = withTier(value, base36(saved[3 * i - 2]) .. ':' .. base36(saved[3 * i - 1]) .. ':' .. base36(saved[3 * i])) end
+  return value
 end
 local function charge(saved, charged)
-  local parts = {}
+  local value
   for i = 1, tiers do
     local index = math.floor(now / windows[i])
     local c, p = countsAt(saved, i, index)
-    parts[i] = base36(index) .. ':' .. base36(c + charged) .. ':' .. base36(p)
+    value = withTier(value, base36(index) .. ':' .. base36(c + charged) .. ':' .. base36(p))
   end
-  return table.concat(parts, ' '), 2 * longest
+  return value, 2 * longest
 end
 `,
 );

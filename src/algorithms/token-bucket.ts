@@ -87,16 +87,16 @@ const CHECK = checkLua(
   end
   if blocked then allowed = 0 end
   if allowed == 1 and cost > 0 and not dryRun then
-    local parts = {}
+    local value
     local expiry = 0
     for i = 1, tiers do
       ms[i], rs[i] = advance(ms[i], rs[i], cost, limits[i], windows[i])
-      parts[i] = encode(ms[i], rs[i])
+      value = withTier(value, encode(ms[i], rs[i]))
       local full = ms[i] - now
       if rs[i] > 0 then full = full + 1 end
       if full > expiry then expiry = full end
     end
-    writeValue(key, table.concat(parts, ' '), expiry)
+    writeValue(key, value, expiry)
   end
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)
@@ -205,22 +205,22 @@ local function giveBack(saved, units)
   return givenBack
 end
 local function encodeState(saved)
-  local parts = {}
-  for i = 1, #saved do parts[i] = encode(saved[i][1], saved[i][2]) end
-  return table.concat(parts, ' ')
+  local value
+  for i = 1, #saved do value = withTier(value, encode(saved[i][1], saved[i][2])) end
+  return value
 end
 local function charge(saved, charged)
-  local parts = {}
+  local value
   local expiry = 0
   for i = 1, tiers do
     local m, r = tatAt(saved[i], limits[i], now)
     m, r = advance(m, r, charged, limits[i], windows[i])
-    parts[i] = encode(m, r)
+    value = withTier(value, encode(m, r))
     local full = m - now
     if r > 0 then full = full + 1 end
     if full > expiry then expiry = full end
   end
-  return table.concat(parts, ' '), expiry
+  return value, expiry
 end
 `,
 );
