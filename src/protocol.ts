@@ -96,7 +96,9 @@ export function scriptArgv(call: ScriptCall): (string | number)[] {
 
 /**
  * Offsets (0-based) in the reply of a check script (a `RawReply`), produced identically by the Lua script and its TypeScript twin:
- * `[allowed (1 | 0), now (epoch ms), blockedMs, ...per tier: numerator, denominator, waitMs, resetMs]`.
+ * `[allowed (1 | 0), now (epoch ms), blockedMs, ...per tier: its numbers]`, each tier as the algorithm's
+ * {@link TierLayout} says: by default `numerator, denominator, waitMs, resetMs` ({@link TIER_REPLY}),
+ * which it computes; the sliding window's counts, from which {@link TierLayout.figures} computes them.
  *
  * - The estimate is a fraction (numerator / denominator) because Lua numbers reach the
  *   client truncated to integers. It includes this request's cost when the request was allowed.
@@ -111,7 +113,42 @@ export function scriptArgv(call: ScriptCall): (string | number)[] {
 export const REPLY = { allowed: 0, now: 1, blockedMs: 2, firstTier: 3 } as const;
 
 /** Offsets of one tier's numbers from its start in a check's reply, and how many it has. */
-export const TIER_REPLY = { numerator: 0, denominator: 1, waitMs: 2, resetMs: 3, size: 4 } as const;
+const TIER_REPLY = { numerator: 0, denominator: 1, waitMs: 2, resetMs: 3, size: 4 } as const;
+
+/** A tier's figures, as {@link TIER_REPLY} lays them out. */
+interface TierFigures {
+  readonly numerator: number;
+  readonly denominator: number;
+  readonly waitMs: number;
+  readonly resetMs: number;
+}
+
+/**
+ * How a check's reply carries each tier. Most algorithms answer the four figures of
+ * {@link TIER_REPLY} ({@link FIGURES_LAYOUT}). One whose figures follow from a few counts may answer
+ * those counts instead, and compute the figures here in TypeScript: Redis then does less per check
+ * (the sliding window's counts take 0.89 to 0.91 of the script's time in a batch, bench/NOTES.md).
+ */
+export interface TierLayout {
+  /** Numbers per tier. */
+  readonly size: number;
+  /** The offsets, from a tier's start, that read 0 for an identifier with nothing counted. */
+  readonly counts: readonly number[];
+  /** The tier's figures, from its numbers at `at` in `reply`, for a check of `cost` at `now`. */
+  figures(reply: readonly number[], at: number, tier: Tier, now: number, cost: number): TierFigures;
+}
+
+/** The layout of an algorithm whose script answers each tier's figures. */
+export const FIGURES_LAYOUT: TierLayout = {
+  size: TIER_REPLY.size,
+  counts: [TIER_REPLY.numerator, TIER_REPLY.waitMs, TIER_REPLY.resetMs],
+  figures: (reply, at) => ({
+    numerator: Number(reply[at + TIER_REPLY.numerator]),
+    denominator: Number(reply[at + TIER_REPLY.denominator]),
+    waitMs: Number(reply[at + TIER_REPLY.waitMs]),
+    resetMs: Number(reply[at + TIER_REPLY.resetMs]),
+  }),
+};
 
 /**
  * Offsets, after the tiers, of what a check that takes a lease adds to its reply: the requests in
@@ -148,17 +185,26 @@ export function pushTier(reply: number[], numerator: number, denominator: number
 }
 
 /**
- * A check's reply as it reads for an identifier with nothing counted: each tier's numerator, wait
- * and reset 0 (the denominator kept). The reply of a check whose block wiped the counts.
+ * A check's reply as it reads for an identifier with nothing counted: each tier's `counts` of
+ * `layout` 0 (with the figures layout: numerator, wait and reset; the denominator kept). The reply
+ * of a check whose block wiped the counts.
  */
-export function withNothingCounted(reply: readonly number[]): number[] {
+export function withNothingCounted(reply: readonly number[], layout: TierLayout): number[] {
   const cleared = [...reply];
-  for (let at = REPLY.firstTier; at < cleared.length; at += TIER_REPLY.size) {
-    cleared[at + TIER_REPLY.numerator] = 0;
-    cleared[at + TIER_REPLY.waitMs] = 0;
-    cleared[at + TIER_REPLY.resetMs] = 0;
+  for (let at = REPLY.firstTier; at < cleared.length; at += layout.size) {
+    for (const offset of layout.counts) cleared[at + offset] = 0;
   }
   return cleared;
+}
+
+/** The Lua twin of {@link withNothingCounted} for `layout`, in place: `nothingCounted(reply)`. */
+export function luaNothingCounted(layout: TierLayout): string {
+  const zeros = layout.counts.map((offset) => `    reply[at + ${offset + 1}] = 0`).join('\n');
+  return `local function nothingCounted(reply)
+  for at = ${REPLY.firstTier}, #reply - 1, ${layout.size} do
+${zeros}
+  end
+end`;
 }
 
 /** Appends what a check that takes a lease adds to its reply. */
@@ -245,14 +291,6 @@ local function checkReply(${inOrder(REPLY, ['firstTier'])})
   return { ${inOrder(REPLY, ['firstTier'])}${', nil'.repeat(TIER_REPLY.size)} }
 end
 ${luaPush('pushTier', TIER_REPLY)}
--- The twin of withNothingCounted, in place.
-local function nothingCounted(reply)
-  for at = ${REPLY.firstTier}, #reply - 1, ${TIER_REPLY.size} do
-    reply[at + ${TIER_REPLY.numerator + 1}] = 0
-    reply[at + ${TIER_REPLY.waitMs + 1}] = 0
-    reply[at + ${TIER_REPLY.resetMs + 1}] = 0
-  end
-end
 local function settleReply(${inOrder(SETTLE_REPLY)})
   return { ${inOrder(SETTLE_REPLY)} }
 end

@@ -18,7 +18,7 @@
  *   counted (`withNothingCounted`), so its wait is the block's, and no more. Without it the counts
  *   stay: once the block ends, they decide again.
  */
-import { REPLY, SETTLE_REPLY, withNothingCounted } from '../protocol';
+import { REPLY, SETTLE_REPLY, type TierLayout, withNothingCounted } from '../protocol';
 import type { MemoryResult, RawReply, ScriptArgs } from './types';
 
 /** The block marker of string keys, in Lua: read it, write it, and start a block after a denial. */
@@ -97,6 +97,7 @@ function storedWithBlock<Body>(stored: Stored<Body> | undefined, blockedUntil: n
 /** The twin of a check script with blocks. */
 export function blockingCheck<Body>(
   check: (body: Body | undefined, args: ScriptArgs) => MemoryResult<Body>,
+  layout: TierLayout,
 ): (stored: Stored<Body> | undefined, args: ScriptArgs) => MemoryResult<Stored<Body>> {
   return (stored, args) => {
     const { now, cost, dryRun, blockFor } = args;
@@ -113,7 +114,7 @@ export function blockingCheck<Body>(
       return { reply: result.reply, state: storedWithBlock(stored, 0, result.state), expiresAt: result.expiresAt };
     }
     if (result.reply[REPLY.allowed] === 0 && blockFor > 0 && !dryRun) {
-      const reply = args.blockResets === true ? withNothingCounted(result.reply) : [...result.reply];
+      const reply = args.blockResets === true ? withNothingCounted(result.reply, layout) : [...result.reply];
       reply[REPLY.blockedMs] = blockFor;
       if (args.blockResets === true) return { reply, state: { blockedUntil: now + blockFor, body: undefined }, expiresAt: now + blockFor };
       return {

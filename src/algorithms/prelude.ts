@@ -3,7 +3,16 @@
  * building (`protocol.ts`), the shared helpers (`shared.ts`) and the block marker (`block.ts`);
  * and the builders that wrap an algorithm's Lua into its check, batch and settle scripts.
  */
-import { LUA_ARGS, LUA_BATCH, LUA_NODE_BATCH, LUA_NODE_BATCH_FLAGS, LUA_PROTOCOL } from '../protocol';
+import {
+  FIGURES_LAYOUT,
+  LUA_ARGS,
+  LUA_BATCH,
+  LUA_NODE_BATCH,
+  LUA_NODE_BATCH_FLAGS,
+  LUA_PROTOCOL,
+  luaNothingCounted,
+  type TierLayout,
+} from '../protocol';
 import { blockingCheck, blockingSettle, LUA_BLOCK, type Stored } from './block';
 import { checkWithLease, LUA_LEASE_CHECK } from './lease';
 import { LUA_SHARED } from './shared';
@@ -18,6 +27,8 @@ interface CheckLua {
   readonly batchLua: string;
   readonly nodeBatchLua: string;
   readonly leaseLua: string;
+  /** How the reply carries each tier. */
+  readonly layout: TierLayout;
 }
 
 /**
@@ -28,10 +39,12 @@ interface CheckLua {
  * counted): `lua` checks `KEYS[1]` with ARGV; `batchLua` checks every key of `KEYS` in one call,
  * with the batch encoding of `protocol.ts`; `nodeBatchLua` checks keys of several Cluster slots on
  * one node (the node batch of `protocol.ts`); `leaseLua` checks `KEYS[1]` and takes a lease in the
- * lease key `KEYS[2]` (see `lease.ts`).
+ * lease key `KEYS[2]` (see `lease.ts`). The body's reply carries each tier as `layout` says: the
+ * four figures of `TIER_REPLY` unless the algorithm gives another layout.
  */
-export function checkLua(helpers: string, body: string): CheckLua {
+export function checkLua(helpers: string, body: string, layout: TierLayout = FIGURES_LAYOUT): CheckLua {
   const check = `${LUA_PRELUDE}${helpers}
+${luaNothingCounted(layout)}
 local function checkBody(key, argv)
   ${LUA_ARGS}
 ${body}
@@ -49,6 +62,7 @@ end
     batchLua: `${check}${LUA_BATCH}`,
     nodeBatchLua: `${LUA_NODE_BATCH_FLAGS}${check}${LUA_NODE_BATCH}`,
     leaseLua: `${check}${LUA_LEASE_CHECK}`,
+    layout,
   };
 }
 
@@ -73,9 +87,11 @@ export function defineAlgorithm<Body>(
   lua: { readonly check: CheckLua; readonly settle: string },
   twins: { readonly check: Twin<Body>; readonly settle: Twin<Body> },
 ): AlgorithmScripts<Stored<Body>> {
-  const check = blockingCheck(twins.check);
+  const { layout } = lua.check;
+  const check = blockingCheck(twins.check, layout);
   return {
     algorithm,
+    tierLayout: layout,
     check: { lua: lua.check.lua, batchLua: lua.check.batchLua, nodeBatchLua: lua.check.nodeBatchLua, apply: check },
     leaseCheck: { lua: lua.check.leaseLua, apply: checkWithLease(check) },
     settle: { lua: lua.settle, apply: blockingSettle(twins.settle) },

@@ -1,4 +1,4 @@
-import { checkReply, pushTier } from '../protocol';
+import { checkReply, type TierLayout } from '../protocol';
 import { longestWindow } from '../tiers';
 import type { Stored } from './block';
 import { counterSettle, counterSettleLua } from './counter-settle';
@@ -44,24 +44,6 @@ function countsAt(state: readonly number[] | undefined, i: number, index: number
   return [0, 0];
 }
 
-const LUA_WAIT = `
-local function waitFor(current, previous, elapsed, limit, window, cost)
-  if (current + cost) * window + previous * (window - elapsed) <= limit * window then return 0 end
-  local room = limit - cost - current
-  if room >= 0 and previous > 0 then
-    local at = window - math.floor(room * window / previous)
-    if previous * (window - at) > room * window then at = at + 1 end
-    if at < window then return at - elapsed end
-  end
-  room = limit - cost
-  if current <= room then return window - elapsed end
-  local at = window - math.floor(room * window / current)
-  if current * (window - at) > room * window then at = at + 1 end
-  if at < window then return window - elapsed + at end
-  return 2 * window - elapsed
-end
-`;
-
 /**
  * Milliseconds until a request of `cost` fits, assuming nothing else is counted:
  * first inside the current window (the previous window's weight decays), else in the
@@ -83,8 +65,30 @@ function waitFor(current: number, previous: number, elapsed: number, limit: numb
   return 2 * window - elapsed;
 }
 
+/**
+ * The check's reply carries each tier's counts, `current` (this request's cost included when it
+ * was counted) and `previous`; the figures follow from them here, so Redis computes no waits.
+ */
+const COUNTS_LAYOUT: TierLayout = {
+  size: 2,
+  counts: [0, 1],
+  figures(reply, at, { limit, window }, now, cost) {
+    const current = Number(reply[at]);
+    const previous = Number(reply[at + 1]);
+    const elapsed = now - Math.floor(now / window) * window;
+    const numerator = current * window + previous * (window - elapsed);
+    const remaining = remainingOf(numerator, window, limit);
+    return {
+      numerator,
+      denominator: window,
+      waitMs: waitFor(current, previous, elapsed, limit, window, cost),
+      resetMs: remaining < limit ? waitFor(current, previous, elapsed, limit, window, remaining + 1) : 0,
+    };
+  },
+};
+
 const CHECK = checkLua(
-  `${LUA_COUNTS}${LUA_WAIT}${luaScratch('currentOf', 'previousOf', 'elapsedOf')}`,
+  `${LUA_COUNTS}${luaScratch('currentOf', 'previousOf')}`,
   `
   -- Stored at the key, a string: per tier 'index:current:previous' in base 36, tiers separated by
   -- spaces, index = floor(now / window), after an optional block marker '!<until>'; expires after
@@ -93,14 +97,14 @@ const CHECK = checkLua(
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   local saved = readCounters(body)
-  local current, previous, elapsed = currentOf, previousOf, elapsedOf
+  local current, previous = currentOf, previousOf
   local allowed = 1
   for i = 1, tiers do
     local window = windows[i]
     local index = math.floor(now / window)
     local c, p = countsAt(saved, i, index)
-    current[i], previous[i], elapsed[i] = c, p, now - index * window
-    if (c + cost) * window + p * (window - elapsed[i]) > limits[i] * window then allowed = 0 end
+    current[i], previous[i] = c, p
+    if (c + cost) * window + p * (window - (now - index * window)) > limits[i] * window then allowed = 0 end
   end
   if blocked then allowed = 0 end
   if allowed == 1 and cost > 0 and not dryRun then
@@ -114,22 +118,19 @@ const CHECK = checkLua(
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
-    local c, p, e, limit, window = current[i], previous[i], elapsed[i], limits[i], windows[i]
-    local numerator = c * window + p * (window - e)
-    local remaining = remainingOf(numerator, window, limit)
-    local reset = 0
-    if remaining < limit then reset = waitFor(c, p, e, limit, window, remaining + 1) end
-    pushTier(reply, numerator, window, waitFor(c, p, e, limit, window, cost), reset)
+    local at = #reply
+    reply[at + 1] = current[i]
+    reply[at + 2] = previous[i]
   end
   return reply
 `,
+  COUNTS_LAYOUT,
 );
 
 function check(state: number[] | undefined, { now, cost, dryRun, tiers }: ScriptArgs): MemoryResult<number[]> {
   const count = tiers.length;
   const current = new Array<number>(count);
   const previous = new Array<number>(count);
-  const elapsed = new Array<number>(count);
   let allowed: 0 | 1 = 1;
   for (let i = 0; i < count; i++) {
     const { limit, window } = tiers[i];
@@ -137,8 +138,7 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
     const [c, p] = countsAt(state, i, index);
     current[i] = c;
     previous[i] = p;
-    elapsed[i] = now - index * window;
-    if ((c + cost) * window + p * (window - elapsed[i]) > limit * window) allowed = 0;
+    if ((c + cost) * window + p * (window - (now - index * window)) > limit * window) allowed = 0;
   }
   let next = state;
   let expiresAt: number | undefined;
@@ -153,13 +153,7 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
     expiresAt = now + 2 * longestWindow(tiers);
   }
   const reply = checkReply(allowed, now, 0);
-  for (let i = 0; i < count; i++) {
-    const { limit, window } = tiers[i];
-    const numerator = current[i] * window + previous[i] * (window - elapsed[i]);
-    const remaining = remainingOf(numerator, window, limit);
-    const reset = remaining < limit ? waitFor(current[i], previous[i], elapsed[i], limit, window, remaining + 1) : 0;
-    pushTier(reply, numerator, window, waitFor(current[i], previous[i], elapsed[i], limit, window, cost), reset);
-  }
+  for (let i = 0; i < count; i++) reply.push(current[i], previous[i]);
   return { reply, state: next, expiresAt };
 }
 

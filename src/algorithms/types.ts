@@ -1,9 +1,9 @@
-import type { ScriptCall } from '../protocol';
+import type { ScriptCall, TierLayout } from '../protocol';
 
 /** The name of a rate-limiting algorithm, as given in the `algorithm` option. */
 export type AlgorithmName = 'sliding-window' | 'fixed-window' | 'sliding-log' | 'token-bucket' | 'precise-window';
 
-/** A script's reply: numbers whose layout `protocol.ts` defines (`REPLY`, `TIER_REPLY`, `REFUND_REPLY`). */
+/** A script's reply: numbers whose layout `protocol.ts` defines (`REPLY`, `TierLayout`, `SETTLE_REPLY`). */
 export type RawReply = readonly number[];
 
 /**
@@ -46,6 +46,8 @@ export interface CheckScript<State = unknown> extends Script<State> {
 /** The scripts of one algorithm. */
 export interface AlgorithmScripts<State = unknown> {
   readonly algorithm: AlgorithmName;
+  /** How its check replies carry each tier. */
+  readonly tierLayout: TierLayout;
   readonly check: CheckScript<State>;
   /**
    * Settles a check that counted `cost` at `countedAt` to `actualCost`: gives back the difference

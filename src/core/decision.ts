@@ -1,7 +1,7 @@
 import { remainingOf } from '../algorithms/shared';
 import type { RawReply } from '../algorithms/types';
 import type { ScriptCall } from '../protocol';
-import { LEASE_REPLY, REPLY, TIER_REPLY } from '../protocol';
+import { LEASE_REPLY, REPLY, type TierLayout } from '../protocol';
 import type { Tier } from '../tiers';
 import type { ConcurrencyDecision, Decision, TierDecision } from './types';
 
@@ -52,12 +52,19 @@ function bindsOver(tier: TierDecision, best: TierDecision): boolean {
   return tier.retryAfterMs > best.retryAfterMs || (tier.retryAfterMs === best.retryAfterMs && tier.remaining < best.remaining);
 }
 
+/** What a limiter tells {@link decodeDecision}: how its algorithm's replies carry each tier, and whether it runs in shadow mode. */
+export interface DecodingLimiter {
+  readonly layout: TierLayout;
+  readonly shadow: boolean;
+}
+
 /**
  * Decodes a check script's reply into a {@link Decision}: each tier's estimate, remaining,
  * wait and reset, and the binding tier, the one that keeps the client waiting longest, then the
  * one with least left. While the identifier is blocked, no tier has quota before the block ends.
  */
-export function decodeDecision(raw: RawReply, call: ScriptCall, identifier: string, shadow: boolean): Decision {
+export function decodeDecision(raw: RawReply, call: ScriptCall, identifier: string, limiter: DecodingLimiter): Decision {
+  const { layout, shadow } = limiter;
   const { tiers, cost, dryRun } = call;
   const concurrency = call.lease?.concurrency ?? 0;
   const allowed = raw[REPLY.allowed] === 1;
@@ -67,11 +74,7 @@ export function decodeDecision(raw: RawReply, call: ScriptCall, identifier: stri
   let binding = 0;
   for (let i = 0; i < tiers.length; i++) {
     const { limit, window } = tiers[i];
-    const at = REPLY.firstTier + TIER_REPLY.size * i;
-    const numerator = Number(raw[at + TIER_REPLY.numerator]);
-    const denominator = Number(raw[at + TIER_REPLY.denominator]);
-    const waitMs = Number(raw[at + TIER_REPLY.waitMs]);
-    const resetMs = Number(raw[at + TIER_REPLY.resetMs]);
+    const { numerator, denominator, waitMs, resetMs } = layout.figures(raw, REPLY.firstTier + layout.size * i, tiers[i], now, cost);
     const tier: TierDecision = {
       limit,
       window,
@@ -83,7 +86,7 @@ export function decodeDecision(raw: RawReply, call: ScriptCall, identifier: stri
     tierDecisions[i] = tier;
     if (bindsOver(tier, tierDecisions[binding])) binding = i;
   }
-  const leases = concurrency > 0 ? leasePart(raw, tiers.length, concurrency) : undefined;
+  const leases = concurrency > 0 ? leasePart(raw, REPLY.firstTier + layout.size * tiers.length, concurrency) : undefined;
   const counted = allowed && cost > 0 && !dryRun;
   if (tiers.length === 0) {
     // A limiter that bounds requests in progress only: its top-level figures describe that bound.
@@ -118,9 +121,8 @@ export function decodeDecision(raw: RawReply, call: ScriptCall, identifier: stri
   );
 }
 
-/** The bound on requests in progress, from the lease part that follows the tiers in a reply. */
-function leasePart(raw: RawReply, tiers: number, limit: number): ConcurrencyDecision {
-  const at = REPLY.firstTier + TIER_REPLY.size * tiers;
+/** The bound on requests in progress, from the lease part that follows the tiers in a reply, at `at`. */
+function leasePart(raw: RawReply, at: number, limit: number): ConcurrencyDecision {
   return { limit, inProgress: Number(raw[at + LEASE_REPLY.inProgress]), refused: raw[at + LEASE_REPLY.refused] === 1 };
 }
 

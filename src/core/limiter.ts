@@ -11,7 +11,7 @@ import { checkOptions } from '../validate';
 import { CircuitBreaker } from './breaker';
 import { type CallInputs, callInputs, checkDecision, waitInputs } from './call-options';
 import { Deadlines, type Gate, type Pending } from './deadlines';
-import { blockedMsOf, decodeDecision, neverAllowed, withoutQuota } from './decision';
+import { blockedMsOf, type DecodingLimiter, decodeDecision, neverAllowed, withoutQuota } from './decision';
 import { DenyCache } from './deny-cache';
 import { KeyCache, leaseKeyOf } from './keys';
 import { type ChangeLease, HeldLease, LeaseIds } from './leases';
@@ -80,6 +80,8 @@ class RateLimiter implements LimiterCore {
   /** What this limiter has warned about. */
   readonly warnings: Warnings;
   private readonly scripts: AlgorithmScripts;
+  /** What decoding this limiter's replies needs to know of it. */
+  private readonly decoding: DecodingLimiter;
   /** Whether a block this limiter starts wipes the counts (`afterBlock: 'reset'`). */
   private readonly blockResets: boolean;
   private readonly clock: (() => number) | undefined;
@@ -114,6 +116,7 @@ class RateLimiter implements LimiterCore {
     this.warnings = options.warnings;
     this.runStoreCheck = storeCheckOf(this.store);
     this.scripts = ALGORITHMS[this.algorithm];
+    this.decoding = { layout: this.scripts.tierLayout, shadow: this.shadow };
     this.keys = new KeyCache(this.prefix, this.concurrency > 0);
     // A store that counts its connections lets the breaker probe as soon as one is made again.
     const { store } = options;
@@ -339,7 +342,7 @@ class RateLimiter implements LimiterCore {
   private giveBackLate(identifier: string, key: string, raw: RawReply, call: ScriptCall): void {
     let decision: Decision;
     try {
-      decision = decodeDecision(raw, call, identifier, this.shadow);
+      decision = decodeDecision(raw, call, identifier, this.decoding);
     } catch {
       return;
     }
@@ -352,7 +355,7 @@ class RateLimiter implements LimiterCore {
   /** Decodes a check's reply, and keeps the deny cache true to it. */
   private decisionOf(identifier: string, key: string, raw: RawReply, call: ScriptCall): Decision {
     const { dryRun, lease } = call;
-    let decision = decodeDecision(raw, call, identifier, this.shadow);
+    let decision = decodeDecision(raw, call, identifier, this.decoding);
     if (lease !== undefined && decision.allowed && !dryRun) {
       decision = { ...decision, lease: new HeldLease(this.changeLeaseOf, leaseKeyOf(key), lease.id) };
     }
