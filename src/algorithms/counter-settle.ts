@@ -32,7 +32,7 @@ local givenBack, charged = 0, 0
 if actualCost < cost and value then
   givenBack = giveBack(saved, cost - actualCost)
   if givenBack > 0 and not dryRun then
-    rewriteValue(key, withMarker(blockedUntil, encodeState(saved)))
+    writeValue(key, withMarker(blockedUntil, encodeState(saved)))
   end
 elseif actualCost > cost then
   charged = actualCost - cost

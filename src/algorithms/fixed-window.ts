@@ -2,7 +2,7 @@ import { checkReply, pushTier } from '../protocol';
 import type { Stored } from './block';
 import { counterSettle, counterSettleLua } from './counter-settle';
 import { checkLua, defineAlgorithm } from './prelude';
-import { luaScratch } from './shared';
+import { luaScratch, sameWindows } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -30,10 +30,13 @@ const CHECK = checkLua(
   local counts, ends = countsOf, endsOf
   local allowed = 1
   local expiry = 0
+  -- Whether each tier was last counted in its current window: with the same tiers stored, the key's
+  -- expiry is already where this write would set it (see sameWindows in shared.ts).
+  local same = true
   for i = 1, tiers do
     local index = math.floor(now / windows[i])
     counts[i] = 0
-    if saved[2 * i - 1] == index then counts[i] = saved[2 * i] end
+    if saved[2 * i - 1] == index then counts[i] = saved[2 * i] else same = false end
     ends[i] = (index + 1) * windows[i]
     if ends[i] - now > expiry then expiry = ends[i] - now end
     if counts[i] + cost > limits[i] then allowed = 0 end
@@ -45,7 +48,7 @@ const CHECK = checkLua(
       counts[i] = counts[i] + cost
       value = withTier(value, base36(math.floor(now / windows[i])) .. ':' .. base36(counts[i]))
     end
-    writeValue(key, value, expiry)
+    if same and saved[2 * tiers + 1] == nil then writeValue(key, value) else writeValue(key, value, expiry) end
   end
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)
@@ -82,7 +85,7 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
       next[2 * i] = Math.floor(now / tiers[i].window);
       next[2 * i + 1] = counts[i];
     }
-    expiresAt = now + expiry;
+    expiresAt = sameWindows(state, next, 2) ? undefined : now + expiry;
   }
   const reply = checkReply(allowed, now, 0);
   for (let i = 0; i < count; i++) {

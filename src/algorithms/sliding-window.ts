@@ -3,7 +3,7 @@ import { longestWindow } from '../tiers';
 import type { Stored } from './block';
 import { counterSettle, counterSettleLua } from './counter-settle';
 import { checkLua, defineAlgorithm } from './prelude';
-import { luaScratch, remainingOf } from './shared';
+import { luaScratch, remainingOf, sameWindows } from './shared';
 import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -16,8 +16,10 @@ import type { AlgorithmScripts, MemoryResult, ScriptArgs } from './types';
  * is done multiplied by `window`, in integers, so Lua and TypeScript agree exactly.
  *
  * Storage: one string key per identifier, all tiers packed as
- * `"index:current:previous"` in base 36, separated by spaces (index = floor(now / window)),
- * expiring after twice the longest window so the previous window stays readable.
+ * `"index:current:previous"` in base 36, separated by spaces (index = floor(now / window)).
+ * A write that starts a window of any tier makes the key expire after twice the longest window,
+ * so the previous window stays readable; later writes in the same windows keep that expiry
+ * (`sameWindows` of shared.ts).
  * One key per identifier is also what keeps it Redis Cluster safe.
  */
 
@@ -91,19 +93,24 @@ const CHECK = checkLua(
   `${LUA_COUNTS}${luaScratch('currentOf', 'previousOf')}`,
   `
   -- Stored at the key, a string: per tier 'index:current:previous' in base 36, tiers separated by
-  -- spaces, index = floor(now / window), after an optional block marker '!<until>'; expires after
-  -- twice the longest window (or when a longer block ends).
+  -- spaces, index = floor(now / window), after an optional block marker '!<until>'; expires twice
+  -- the longest window after the write that started the tiers' current windows (or when a longer
+  -- block ends).
   local blockedUntil, body = readBlocked(readValue(key))
   local blocked = blockedUntil > now
   if blocked then dryRun = true end
   local saved = readCounters(body)
   local current, previous = currentOf, previousOf
   local allowed = 1
+  -- Whether each tier was last counted in its current window: with the same tiers stored, the write
+  -- keeps the key's expiry (see sameWindows in shared.ts).
+  local same = true
   for i = 1, tiers do
     local window = windows[i]
     local index = math.floor(now / window)
     local c, p = countsAt(saved, i, index)
     current[i], previous[i] = c, p
+    if saved[3 * i - 2] ~= index then same = false end
     if (c + cost) * window + p * (window - (now - index * window)) > limits[i] * window then allowed = 0 end
   end
   if blocked then allowed = 0 end
@@ -113,7 +120,7 @@ const CHECK = checkLua(
       current[i] = current[i] + cost
       value = withTier(value, base36(math.floor(now / windows[i])) .. ':' .. base36(current[i]) .. ':' .. base36(previous[i]))
     end
-    writeValue(key, value, 2 * longest)
+    if same and saved[3 * tiers + 1] == nil then writeValue(key, value) else writeValue(key, value, 2 * longest) end
   end
   local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
   local reply = checkReply(allowed, now, blockedMs)
@@ -150,7 +157,7 @@ function check(state: number[] | undefined, { now, cost, dryRun, tiers }: Script
       next[3 * i + 1] = current[i];
       next[3 * i + 2] = previous[i];
     }
-    expiresAt = now + 2 * longestWindow(tiers);
+    expiresAt = sameWindows(state, next, 3) ? undefined : now + 2 * longestWindow(tiers);
   }
   const reply = checkReply(allowed, now, 0);
   for (let i = 0; i < count; i++) reply.push(current[i], previous[i]);

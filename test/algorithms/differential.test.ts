@@ -92,6 +92,25 @@ function randomCost(random: () => number, tiers: readonly Tier[]): number {
   return Math.floor(random() * (smallest + 1));
 }
 
+/** The algorithms whose counting write may keep the key's expiry. */
+const WINDOW_COUNTERS: readonly AlgorithmName[] = ['sliding-window', 'fixed-window'];
+
+/**
+ * Whether a counting write keeps the key's expiry: a sliding or fixed window whose tiers, the same
+ * as the call's, were each last counted in its current window (`countedIndexes`, the window indexes of the identifier's last
+ * counting write, or undefined when its counts are gone) keeps the expiry the write that started
+ * those windows set.
+ */
+function keepsExpiry(
+  algorithm: AlgorithmName,
+  tiers: readonly Tier[],
+  now: number,
+  countedIndexes: readonly number[] | undefined,
+): boolean {
+  if (algorithm !== 'sliding-window' && algorithm !== 'fixed-window') return false;
+  return countedIndexes?.length === tiers.length && tiers.every(({ window }, i) => countedIndexes[i] === Math.floor(now / window));
+}
+
 /** The PTTL a counting write must leave, per algorithm (a token bucket's: until every bucket is full again). */
 function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: number, decision: Decision, precision: number): number {
   const longest = Math.max(...tiers.map((tier) => tier.window));
@@ -247,6 +266,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         ownLimits: 0,
         blocks: 0,
         wipingBlocks: 0,
+        keptExpiries: 0,
       };
       ttl.last = undefined;
       const redisClientWithTtl = persisting();
@@ -277,6 +297,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         const history: string[] = [];
         const countedBy = new Map<string, Decision[]>();
         const expiry = new Map<string, number>();
+        const countedIndexes = new Map<string, number[]>();
         const blockedUntil = new Map<string, number>();
         for (let step = 0; step < 300; step++) {
           now = nextTime(now, tiers, random);
@@ -286,11 +307,13 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
           if ((expiry.get(id) ?? Infinity) <= now) {
             await client.del(onRedis.keyFor(id));
             expiry.delete(id);
+            countedIndexes.delete(id);
           }
           if (random() < 0.01) {
             history.push(`${now} reset ${id}`);
             await Promise.all([onRedis.reset(id), inMemory.reset(id)]);
             expiry.delete(id);
+            countedIndexes.delete(id);
             blockedUntil.delete(id);
             counts.resets++;
             continue;
@@ -333,9 +356,18 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
                 `redis:  ${JSON.stringify(fromRedis)}\nmemory: ${JSON.stringify(fromMemory)}`,
             );
           }
-          if (fromRedis.counted) {
+          if (fromRedis.counted && keepsExpiry(algorithm, callTiers, now, countedIndexes.get(id))) {
+            // The key was persisted after the write that set its expiry: it must still be.
+            if (ttl.last !== -1) throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a write that keeps the expiry`);
+            counts.writes++;
+            counts.keptExpiries++;
+          } else if (fromRedis.counted) {
             const expected = expectedTtl(algorithm, callTiers, now, fromRedis, precision);
             expiry.set(id, now + expected);
+            countedIndexes.set(
+              id,
+              callTiers.map(({ window }) => Math.floor(now / window)),
+            );
             // Read in the same MULTI as the write. Redis does not expire keys inside a MULTI, but
             // PTTL is counted on its real clock: allow for a server that was descheduled meanwhile.
             if (ttl.last! < 0 || ttl.last! > expected || ttl.last! < expected - 50) {
@@ -351,6 +383,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
               throw new Error(`seed ${seed}, step ${step}: PTTL ${ttl.last} after a block, expected ${blockFor}`);
             }
             if (afterBlock === 'reset') {
+              countedIndexes.delete(id);
               expect(fromRedis.tiers.map((tier) => tier.estimated)).toEqual(callTiers.map(() => 0));
               expect(fromRedis.retryAfterMs).toBe(blockFor);
               counts.wipingBlocks++;
@@ -380,6 +413,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         ownLimits: 200,
         blocks: 30,
         wipingBlocks: 10,
+        ...(WINDOW_COUNTERS.includes(algorithm) ? { keptExpiries: 100 } : {}),
       });
     });
   });

@@ -1,6 +1,7 @@
 /**
  * Expiry: the Redis key's PTTL per algorithm (2 x window for the sliding window, in
- * milliseconds so sub-second windows work), and the state is gone after it, both in
+ * milliseconds so sub-second windows work, kept by later writes in the same windows), and the
+ * state is gone after it, both in
  * the logic (injected clock) and in real Redis (a real 100 ms window and a short sleep).
  * The RedisStore runs on ioredis and on node-redis; an ioredis client reads the keys.
  */
@@ -99,6 +100,26 @@ onRedis.describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
       await expectExpiresIn(limiter.keyFor('a'), 60_000);
     });
 
+    test.each<[AlgorithmName, number]>([
+      ['sliding-window', 120_000],
+      ['fixed-window', 60_000 - 1_100],
+    ])('%s: a count in the same windows keeps the expiry, one in a new window of any tier sets it', async (algorithm, expiry) => {
+      const { clock, limiter } = limiterOnStoreClient(algorithm, [
+        { limit: 10, window: '1s' },
+        { limit: 100, window: '1m' },
+      ]);
+      const key = limiter.keyFor('a');
+      clock.set(START + 100);
+      await limiter.check('a');
+      await client.pexpire(key, 5 * HOUR); // a marker: a write that sets the expiry replaces it
+      clock.set(START + 900);
+      expect((await limiter.check('a')).counted).toBe(true);
+      expect(await client.pttl(key)).toBeGreaterThan(5 * HOUR - SLACK);
+      clock.set(START + 1_100); // the 1 s tier's next window
+      expect((await limiter.check('a')).counted).toBe(true);
+      await expectExpiresIn(key, expiry);
+    });
+
     test.each<AlgorithmName>(['sliding-window', 'fixed-window', 'sliding-log'])(
       '%s: a peek or a denied check creates no key and sets no expiry',
       async (algorithm) => {
@@ -171,6 +192,21 @@ describe.each(STORES)('after 2 x window the sliding window state is gone (inject
 });
 
 withoutRedis.describe('MemoryStore expiry', () => {
+  test('sliding window: a count later in the same window keeps the expiry its first count set', async () => {
+    const clock = manualClock(START);
+    const store = new MemoryStore({ sweepIntervalMs: 0 });
+    const limiter = createLimiter({ store, limit: 5, window: 1_000, clock: clock.now, prefix: uniquePrefix('mem'), denyCacheSize: 0 });
+    await limiter.check('a');
+    clock.set(START + 999);
+    await limiter.check('a');
+    store.sweep(START + 1_999);
+    expect(store.size).toBe(1);
+    clock.set(START + 1_999);
+    expect((await limiter.peek('a')).estimated).toBeCloseTo(2 / 1_000, 12); // both counts, 1 ms of weight left
+    store.sweep(START + 2_000);
+    expect(store.size).toBe(0);
+  });
+
   test('an expired entry is dropped on access and by sweep()', async () => {
     const clock = manualClock(START);
     const store = new MemoryStore({ sweepIntervalMs: 0 });
