@@ -131,11 +131,12 @@ export function remainingOf(numerator: number, denominator: number, limit: numbe
 
 /**
  * Whether a counting write of a window counter (sliding or fixed window: `stride` numbers per tier,
- * the window index first) finds every tier last counted in its current window, that is `state`
- * holds the same tiers, with the indexes that `next` is about to store. The write then keeps the key's expiry: the write
- * that started those windows set it where their counts stop mattering (the end of the next window
- * for the sliding window, of the current one for the fixed window), and updating an expiry is the
- * costly part of a Redis write (bench/NOTES.md). The Lua checks make the same test inline.
+ * the window index first) finds every tier last counted in its current window: `state` holds the
+ * same tiers, with the indexes that `next` is about to store. The write then keeps the key's
+ * expiry: the write that started those windows set it where their counts stop mattering (the end
+ * of the next window for the sliding window, of the current one for the fixed window), and
+ * updating an expiry is the costly part of a Redis write (bench/NOTES.md). The Lua checks make the
+ * same test inline.
  */
 export function sameWindows(state: readonly number[] | undefined, next: readonly number[], stride: number): boolean {
   if (state === undefined || state.length !== next.length) return false;
