@@ -331,23 +331,27 @@ export const FAILED_CHECK = '!';
 
 /**
  * The loop of a batch script, over a `check(key, argv)` defined before it: `count` keys, key `k`
- * at `keyAt`, and the per-key arguments from ARGV slot `argsBase + 1`.
+ * at `keyAt('k')`, and the per-key arguments from ARGV slot `argsBase + 1`. Each check runs with
+ * `nextKey` (shared.ts) set to the key after it, so consecutive checks of one key write it once.
  */
-function batchLoop(count: string, keyAt: string, argsBase: string, protectEach: boolean): string {
+function batchLoop(count: string, keyAt: (index: string) => string, argsBase: string, protectEach: boolean): string {
   const run = protectEach
-    ? `  local ok, reply = pcall(check, ${keyAt}, argv)
+    ? `  local ok, reply = pcall(check, key, argv)
   if not ok then
     replies[k] = '${FAILED_CHECK}' .. (type(reply) == 'table' and tostring(reply.err) or tostring(reply))
   else`
-    : `  local reply = check(${keyAt}, argv)
+    : `  local reply = check(key, argv)
   do`;
   return `local replies, formats = {}, {}
-deferWrites()
 local count = ${count}
 local argsBase = ${argsBase}
 local shared = #ARGV == argsBase + 1
 local argv
+nextKey = ${keyAt('1')}
 for k = 1, count do
+  local key = nextKey
+  if heldKey ~= nil and heldKey ~= key then flushWrites() end
+  if k < count then nextKey = ${keyAt('k + 1')} else nextKey = nil end
   if k == 1 or not shared then
     argv = {}
     for field in string.gmatch(ARGV[argsBase + k] .. ',', '([^,]*),') do argv[#argv + 1] = field end
@@ -369,7 +373,7 @@ return replies
 }
 
 /** The Lua loop of a batch script (keys declared, of one slot), over a `check(key, argv)` defined before it. */
-export const LUA_BATCH = batchLoop('#KEYS', 'KEYS[k]', String(BATCH_SLOT.firstKeyArgs - 1), false);
+export const LUA_BATCH = batchLoop('#KEYS', (index) => `KEYS[${index}]`, String(BATCH_SLOT.firstKeyArgs - 1), false);
 
 /** The first line of a node batch script: Redis reads its flags there. */
 export const LUA_NODE_BATCH_FLAGS = '#!lua flags=allow-cross-slot-keys\n';
@@ -377,7 +381,7 @@ export const LUA_NODE_BATCH_FLAGS = '#!lua flags=allow-cross-slot-keys\n';
 /** The Lua loop of a node batch script (see {@link NODE_BATCH_SLOT}), over a `check(key, argv)` defined before it. */
 export const LUA_NODE_BATCH = batchLoop(
   `tonumber(ARGV[${NODE_BATCH_SLOT.keyCount}])`,
-  `ARGV[${NODE_BATCH_SLOT.firstKey - 1} + k]`,
+  (index) => `ARGV[${NODE_BATCH_SLOT.firstKey - 1} + ${index}]`,
   `${NODE_BATCH_SLOT.firstKey - 1} + count`,
   true,
 );

@@ -55,12 +55,14 @@ end
 -- Set by a check that started a block wiping the identifier's counts (blockResets): the frame of
 -- checkLua (prelude.ts) then answers with nothing counted. Cleared before every check.
 local countsWiped = false
--- After a check on a string key: ms left on the identifier's block, either what remains of the
--- block it is under, or a new block of blockFor ms, started when this check (not a dry run) was
--- denied: on the counters of body, or, with blockResets, on none (the key lives exactly blockFor).
-local function blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
+-- After a denied check on a string key (a blocked identifier's included): ms left on its block,
+-- either what remains of the block it is under, or a new block of blockFor ms, started by this
+-- denial (not a dry run): on the counters of body, or, with blockResets, on none (the key lives
+-- exactly blockFor). An allowed check has no block, so callers skip the call (a call per check
+-- is a measurable share of a batch).
+local function blockAfterDenial(key, now, blockedUntil, blockFor, dryRun, body, blockResets)
   if blockedUntil > now then return blockedUntil - now end
-  if allowed == 0 and blockFor > 0 and not dryRun then
+  if blockFor > 0 and not dryRun then
     if blockResets then
       writeValue(key, withMarker(now + blockFor, nil), blockFor)
       countsWiped = true

@@ -50,7 +50,8 @@ const CHECK = checkLua(
     end
     if same and saved[2 * tiers + 1] == nil then writeValue(key, value) else writeValue(key, value, expiry) end
   end
-  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
+  local blockedMs = 0
+  if allowed == 0 then blockedMs = blockAfterDenial(key, now, blockedUntil, blockFor, dryRun, body, blockResets) end
   local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local wait, reset = 0, 0

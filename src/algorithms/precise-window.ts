@@ -446,7 +446,8 @@ const CHECK = checkLua(
     if tiers > 1 then value = table.concat(parts) end
     writeValue(key, value, lifetime)
   end
-  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
+  local blockedMs = 0
+  if allowed == 0 then blockedMs = blockAfterDenial(key, now, blockedUntil, blockFor, dryRun, body, blockResets) end
   local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local segment, limit = segments[i], limits[i]

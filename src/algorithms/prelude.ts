@@ -35,7 +35,7 @@ interface CheckLua {
  * The check scripts of an algorithm, from its Lua `helpers` (functions of their arguments only,
  * and the tables of `luaScratch` in shared.ts) and its check `body` (Lua that reads `key` and the
  * locals of `LUA_ARGS`, and returns the reply; a body that wipes the counts for a block sets
- * `countsWiped`, as `blockAfterCheck` of block.ts does, and its reply then reads as nothing
+ * `countsWiped`, as `blockAfterDenial` of block.ts does, and its reply then reads as nothing
  * counted): `lua` checks `KEYS[1]` with ARGV; `batchLua` checks every key of `KEYS` in one call,
  * with the batch encoding of `protocol.ts`; `nodeBatchLua` checks keys of several Cluster slots on
  * one node (the node batch of `protocol.ts`); `leaseLua` checks `KEYS[1]` and takes a lease in the

@@ -6,20 +6,18 @@
 /**
  * The shared helpers, in Lua. String keys are read and written through `readValue`, `writeValue`
  * (without an expiry, to keep the key's) and `ttlOf`: one script call does each at once, and a batch
- * call (after `deferWrites()`) holds back the write of the key it wrote last until a write to
- * another key or `flushWrites()`, and reads that key from what it holds. The run is atomic, so
- * nobody sees the difference, and consecutive checks of one identifier (a global limit, one busy
- * client) cost Redis one `GET` and one `SET` for the lot rather than one each. Only the last key
- * is held: with distinct keys, the usual batch, this costs no more than writing at once.
+ * call, which sets `nextKey` to the key of the check that follows, holds back a write to that key
+ * and reads the key from what it holds, until a check of another key begins (`flushWrites()`).
+ * The run is atomic, so nobody sees the difference, and consecutive checks of one identifier (a
+ * global limit, one busy client) cost Redis one `GET` and one `SET` for the lot rather than one
+ * each. With distinct keys, the usual batch, every write goes out at once.
  */
 export const LUA_SHARED = `
-local deferring = false
--- During a deferring run, the key written last, with its value and expiry (ms from now, or nil
--- to keep the key's own) as the run left them, not yet sent: a write to another key sends it first.
+-- During a batch run, the key of the check after this one: a write to it is held back (heldKey,
+-- with its value and its expiry, ms from now or nil to keep the key's own) for that check to read
+-- and write over. A held write is sent when a check of another key begins, or at the run's end.
+local nextKey
 local heldKey, heldValue, heldExpiry
-local function deferWrites()
-  deferring = true
-end
 local function readValue(key)
   if key == heldKey then return heldValue end
   return redis.call('GET', key)
@@ -45,17 +43,15 @@ local function flushWrites()
 end
 -- Writes a string key to expire in expiryMs, or, without it, to keep its expiry as the run left it.
 local function writeValue(key, value, expiryMs)
-  if not deferring then
-    setValue(key, value, expiryMs)
+  if key == heldKey then
+    if expiryMs == nil then expiryMs = heldExpiry end
+    heldKey = nil
+  end
+  if key == nextKey then
+    heldKey, heldValue, heldExpiry = key, value, expiryMs
     return
   end
-  if key ~= heldKey then
-    flushWrites()
-    heldKey, heldExpiry = key, expiryMs
-  elseif expiryMs ~= nil then
-    heldExpiry = expiryMs
-  end
-  heldValue = value
+  setValue(key, value, expiryMs)
 end
 -- PTTL of a string key, as the run left it.
 local function ttlOf(key)

@@ -98,7 +98,8 @@ const CHECK = checkLua(
     end
     writeValue(key, value, expiry)
   end
-  local blockedMs = blockAfterCheck(key, now, blockedUntil, allowed, blockFor, dryRun, body, blockResets)
+  local blockedMs = 0
+  if allowed == 0 then blockedMs = blockAfterDenial(key, now, blockedUntil, blockFor, dryRun, body, blockResets) end
   local reply = checkReply(allowed, now, blockedMs)
   for i = 1, tiers do
     local limit, window = limits[i], windows[i]

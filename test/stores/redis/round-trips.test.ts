@@ -152,6 +152,33 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
     expect(mixed.map((decision) => decision.remaining)).toEqual(Array.from({ length: 17 }, (_, i) => 98 - (i % 2)));
   });
 
+  test('a batch reads and writes a key once for each run of consecutive checks of it', async () => {
+    const limiter = await withBatchScript('rt-busy');
+    // The first goes alone; the batch's 16 hold three runs of one key each: busy x8, other x4, busy x4.
+    const ids = [
+      'busy',
+      ...Array.from({ length: 8 }, () => 'busy'),
+      ...Array.from({ length: 4 }, () => 'other'),
+      ...Array.from({ length: 4 }, () => 'busy'),
+    ];
+    const decisions = await Promise.all(ids.map((id) => limiter.check(id)));
+    expect(await commandCalls()).toEqual({ evalsha: 2 });
+    expect(seenInScripts.get).toBe(1 + 3);
+    expect(seenInScripts.set).toBe(1 + 3);
+    expect(decisions.map((decision) => decision.remaining)).toEqual([
+      ...Array.from({ length: 9 }, (_, i) => 99 - i),
+      99,
+      98,
+      97,
+      96,
+      90,
+      89,
+      88,
+      87,
+    ]);
+    expect(await admin.get(`rt-busy-${kind.name}:busy`)).toMatch(/:d:0$/);
+  });
+
   test('after SCRIPT FLUSH: one EVALSHA answered NOSCRIPT and one EVAL, then one EVALSHA per check again', async () => {
     const limiter = createLimiter({ store: new RedisStore({ client }), limit: 5, window: '1m', prefix: `rt-flush-${kind.name}` });
     await limiter.check('a');
