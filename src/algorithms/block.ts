@@ -58,8 +58,7 @@ local countsWiped = false
 -- After a denied check on a string key (a blocked identifier's included): ms left on its block,
 -- either what remains of the block it is under, or a new block of blockFor ms, started by this
 -- denial (not a dry run): on the counters of body, or, with blockResets, on none (the key lives
--- exactly blockFor). An allowed check has no block, so callers skip the call (a call per check
--- is a measurable share of a batch).
+-- exactly blockFor). An allowed check has no block: callers call this for denied checks only.
 local function blockAfterDenial(key, now, blockedUntil, blockFor, dryRun, body, blockResets)
   if blockedUntil > now then return blockedUntil - now end
   if blockFor > 0 and not dryRun then
