@@ -97,9 +97,9 @@ const WINDOW_COUNTERS: readonly AlgorithmName[] = ['sliding-window', 'fixed-wind
 
 /**
  * Whether a counting write keeps the key's expiry: a sliding or fixed window whose tiers, the same
- * as the call's, were each last counted in its current window (`countedIndexes`, the window indexes of the identifier's last
- * counting write, or undefined when its counts are gone) keeps the expiry the write that started
- * those windows set.
+ * as the call's, were each last counted in its current window (`countedIndexes`, the window
+ * indexes of the identifier's last counting write, or undefined when its counts are gone) keeps
+ * the expiry the write that started those windows set.
  */
 function keepsExpiry(
   algorithm: AlgorithmName,
@@ -107,7 +107,7 @@ function keepsExpiry(
   now: number,
   countedIndexes: readonly number[] | undefined,
 ): boolean {
-  if (algorithm !== 'sliding-window' && algorithm !== 'fixed-window') return false;
+  if (!WINDOW_COUNTERS.includes(algorithm)) return false;
   return countedIndexes?.length === tiers.length && tiers.every(({ window }, i) => countedIndexes[i] === Math.floor(now / window));
 }
 

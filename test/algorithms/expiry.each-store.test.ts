@@ -1,8 +1,8 @@
 /**
  * Expiry: the Redis key's PTTL per algorithm (2 x window for the sliding window, in
  * milliseconds so sub-second windows work, kept by later writes in the same windows), and the
- * state is gone after it, both in
- * the logic (injected clock) and in real Redis (a real 100 ms window and a short sleep).
+ * state is gone after it, both in the logic (injected clock) and in real Redis (a real 100 ms
+ * window and a short sleep).
  * The RedisStore runs on ioredis and on node-redis; an ioredis client reads the keys.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
