@@ -261,6 +261,10 @@ export const LUA_PROTOCOL = `
 local timeOfRun
 -- The last answer of readArgs and the argv table it read: the checks of a batch usually share one.
 local lastArgv, lastArgs
+-- A function library (Redis 7) keeps its top-level values from call to call: each call starts anew.
+local function forgetArgs()
+  timeOfRun, lastArgv, lastArgs = nil, nil, nil
+end
 local function readArgs(argv)
   if argv == lastArgv then
     local a = lastArgs

@@ -91,6 +91,12 @@ local function readCounters(value)
   counterCount = count
   return numbers
 end
+-- A function library (Redis 7) keeps its top-level values from call to call: each call starts
+-- anew, its memos too (they grow with the window indexes and expiries met).
+local function forgetWrites()
+  nextKey, heldKey, heldValue, heldExpiry = nil, nil, nil, nil
+  expiryTexts, base36Of = {}, { [0] = '0' }
+end
 -- A counter string with one tier's text added: the usual one tier needs no table.concat.
 local function withTier(value, tierText)
   if value == nil then return tierText end

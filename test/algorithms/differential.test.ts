@@ -125,17 +125,21 @@ function expectedTtl(algorithm: AlgorithmName, tiers: readonly Tier[], now: numb
   return Math.max(...tiers.map(({ window }) => (Math.floor(now / window) + 1) * window - now));
 }
 
+/** The commands that run a script: by SHA-1, by body, or as a function of a loaded library. */
+const SCRIPT_CALLS: ReadonlySet<string> = new Set(['EVALSHA', 'EVAL', 'FCALL']);
+
 /**
- * The run's Redis client behind a proxy that turns each script call on one key (`EVALSHA`, or
- * `EVAL` after `NOSCRIPT`) into `MULTI; <script>; PTTL key; PERSIST key; EXEC`: the RedisStore
- * code path (argument layout, EVALSHA, the NOSCRIPT fallback) is unchanged, and the expiry is
- * read and removed atomically with the write, before Redis' real clock can expire the key.
+ * The run's Redis client behind a proxy that turns each script call on one key (`FCALL`,
+ * `EVALSHA`, or `EVAL` after `NOSCRIPT`) into `MULTI; <script>; PTTL key; PERSIST key; EXEC`:
+ * the RedisStore code path (argument layout, FCALL or EVALSHA, the fallbacks) is unchanged, and
+ * the expiry is read and removed atomically with the write, before Redis' real clock can expire
+ * the key.
  */
 function persistingClient(redis: Redis, ttl: { last: number | undefined }): Redis {
   return new Proxy(redis, {
     get(target, property) {
       const value = Reflect.get(target, property, target) as unknown;
-      if (property === 'evalsha' || property === 'eval') {
+      if (property === 'evalsha' || property === 'eval' || property === 'fcall') {
         // A lease check has two keys (the counts, then the leases): both are persisted, and
         // `ttl.last` is the first's. The leases' own expiry is by score, in the virtual clock.
         return async (script: string, numberOfKeys: number, ...keysAndArgs: (string | number)[]) => {
@@ -157,7 +161,7 @@ function persistingClient(redis: Redis, ttl: { last: number | undefined }): Redi
 }
 
 /**
- * The same for node-redis: its `sendCommand` of a script (EVALSHA, or EVAL after NOSCRIPT) is
+ * The same for node-redis: its `sendCommand` of a script (FCALL, EVALSHA, or EVAL after NOSCRIPT) is
  * sent as `MULTI; <script>; PTTL key; PERSIST key; EXEC`. A script's error (NOSCRIPT) is thrown
  * as node-redis would throw it outside a MULTI, so the store's fallback to EVAL runs as usual.
  */
@@ -167,7 +171,7 @@ function persistingNodeRedis(redis: RedisClientType, ttl: { last: number | undef
       const value = Reflect.get(target, property, target) as unknown;
       if (property === 'sendCommand') {
         return async (args: string[], options?: object) => {
-          if (args[0] !== 'EVALSHA' && args[0] !== 'EVAL') return target.sendCommand(args, options);
+          if (!SCRIPT_CALLS.has(args[0])) return target.sendCommand(args, options);
           const key = args[3];
           let results: unknown[];
           try {
@@ -187,7 +191,7 @@ function persistingNodeRedis(redis: RedisClientType, ttl: { last: number | undef
 }
 
 /**
- * The same for GLIDE: its `customCommand` of a script (EVALSHA, or EVAL after NOSCRIPT) is sent
+ * The same for GLIDE: its `customCommand` of a script (FCALL, EVALSHA, or EVAL after NOSCRIPT) is sent
  * as an atomic batch (`MULTI ... EXEC`) with the PTTL and PERSIST. A script's error (NOSCRIPT) is
  * thrown as GLIDE would throw it outside a batch, so the store's fallback to EVAL runs as usual.
  */
@@ -197,7 +201,7 @@ function persistingGlide(redis: GlideClient, ttl: { last: number | undefined }):
       const value = Reflect.get(target, property, target) as unknown;
       if (property === 'customCommand') {
         return async (args: string[], options?: object) => {
-          if (args[0] !== 'EVALSHA' && args[0] !== 'EVAL') return target.customCommand(args, options);
+          if (!SCRIPT_CALLS.has(args[0])) return target.customCommand(args, options);
           const keys = args.slice(3, 3 + Number(args[2]));
           const batch = new (glide().Batch)(true).customCommand(args).pttl(keys[0]);
           for (const key of keys) batch.persist(key);
@@ -235,12 +239,14 @@ function persistingNodeRedisClient(): RedisClientType {
   return wrappedNodeRedis;
 }
 
-const STORE_CLIENTS: [string, () => RedisStoreClient][] = [
-  ['ioredis', persistingIoredis],
-  ['node-redis', persistingNodeRedisClient],
+/** The clients, each with the store running checks as functions (the default); ioredis with scripts only too. */
+const STORE_CLIENTS: [string, () => RedisStoreClient, boolean][] = [
+  ['ioredis', persistingIoredis, true],
+  ['ioredis with functions: false', persistingIoredis, false],
+  ['node-redis', persistingNodeRedisClient, true],
   // iovalkey is ioredis's API: the same proxy.
-  ['iovalkey', () => (wrappedIovalkey ??= persistingClient(iovalkey as unknown as Redis, ttl))],
-  ['glide', () => (wrappedGlide ??= persistingGlide(glideClient, ttl))],
+  ['iovalkey', () => (wrappedIovalkey ??= persistingClient(iovalkey as unknown as Redis, ttl)), true],
+  ['glide', () => (wrappedGlide ??= persistingGlide(glideClient, ttl)), true],
 ];
 
 /** Expects each count named in `minimums` to be above its minimum; the failure names every one that is not. */
@@ -249,7 +255,7 @@ function expectAbove<Name extends string>(counts: Record<Name, number>, minimums
   expect(Object.fromEntries(short.map((name) => [name, `${counts[name]}, not above ${minimums[name]}`]))).toEqual({});
 }
 
-describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
+describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting, functions) => {
   describe.each(ALGORITHMS)('%s: RedisStore and MemoryStore decide identically', (algorithm) => {
     test('seeded random sequence of checks and peeks over random tier configurations', async () => {
       const seed = 0x5eed + ALGORITHMS.indexOf(algorithm);
@@ -276,7 +282,7 @@ describe.each(STORE_CLIENTS)('RedisStore on %s', (_name, persisting) => {
         // (where now - window is negative).
         let now = config % 4 === 0 ? Math.floor(random() * 50) : 1_700_000_000_000 + Math.floor(random() * 100_000);
         const clock = () => now;
-        const redisStore = new RedisStore({ client: redisClientWithTtl });
+        const redisStore = new RedisStore({ client: redisClientWithTtl, functions });
         // A third of the configurations block denied identifiers (blockFor), half of those wiping
         // the counts for the block (afterBlock: 'reset').
         const blockFor = config % 3 === 2 ? 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window))) : 0;
@@ -628,11 +634,14 @@ describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', 
 });
 
 describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (algorithm) => {
-  // The batch (keys declared, one slot) and the node batch (keys in ARGV, slots of one node).
-  test.each(['batch', 'node batch'])(
+  // The batch (keys declared, one slot) and the node batch (keys in ARGV, slots of one node), as
+  // scripts and as functions of the algorithm's library (whose top-level values outlive a call).
+  test.each(['batch', 'node batch', 'batch function', 'node batch function'])(
     '%s: one call checking several keys (some twice) answers each as the single-key checks would, in order',
     async (form) => {
       const { check } = SCRIPTS[algorithm];
+      const { functions } = check.library;
+      await client.function('LOAD', 'REPLACE', check.library.code);
       const random = seeded(0xba7c4 + ALGORITHMS.indexOf(algorithm));
       let compared = 0;
       let batches = 0;
@@ -680,13 +689,15 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
               }),
           );
           const entryKeys = entries.map((entry) => entry.key);
-          const argv = form === 'batch' ? batchArgv(perKey) : batchArgv(perKey, entryKeys);
+          const keysDeclared = !form.startsWith('node');
+          const argv = keysDeclared ? batchArgv(perKey) : batchArgv(perKey, entryKeys);
           if (dryAll) argv[BATCH_SLOT.dryRunOverride - 1] = '1';
           if (shared !== undefined && entries.length > 1) sharedBatches++;
-          const multi =
-            form === 'batch'
-              ? client.multi().eval(check.batchLua, entries.length, ...entryKeys, ...argv)
-              : client.multi().eval(check.nodeBatchLua, 0, ...argv);
+          const multi = client.multi();
+          if (form === 'batch') multi.eval(check.batchLua, entries.length, ...entryKeys, ...argv);
+          else if (form === 'node batch') multi.eval(check.nodeBatchLua, 0, ...argv);
+          else if (form === 'batch function') multi.fcall(functions.batch, entries.length, ...entryKeys, ...argv);
+          else multi.fcall(functions.nodeBatch, 0, ...argv);
           for (const key of keys) multi.persist(key);
           const results = (await multi.exec())!;
           if (results[0][0]) throw results[0][0];

@@ -14,7 +14,7 @@ import type { CheckScript } from '../../algorithms/types';
 import { RateLimitTimeoutError, storeErrorOf } from '../../errors';
 import type { ClusterNode, ClusterRouting } from './batch';
 import { MemoryPolicies } from './memory-policy';
-import { type ClientHooks, evalScript, type RedisClientAdapter, sharedState, storeFailure } from './redis-client';
+import { type ClientHooks, evalScript, type RedisClientAdapter, ScriptFunctions, sharedState, storeFailure } from './redis-client';
 
 /** GLIDE's `Decoder.String`: replies as strings, whatever `defaultDecoder` the client has. */
 const DECODE_STRINGS = 1;
@@ -193,16 +193,18 @@ class StandaloneConnection {
  * cluster, GLIDE routes each script call by its first key and follows `MOVED` and `ASK` itself;
  * node batches go by a slot map of this adapter's own ({@link GlideSlotMap}).
  */
-export function glideAdapter(client: GlideClient | GlideClusterClient): RedisClientAdapter {
-  return isGlideCluster(client) ? glideClusterAdapter(client) : glideStandaloneAdapter(client);
+export function glideAdapter(client: GlideClient | GlideClusterClient, useFunctions: boolean): RedisClientAdapter {
+  return isGlideCluster(client) ? glideClusterAdapter(client, useFunctions) : glideStandaloneAdapter(client, useFunctions);
 }
 
-/** `EVALSHA`, or `EVAL` on `NOSCRIPT`, of `lua` on `keys` with `argv`, through `send`; a failure coded by {@link glideFailure}. */
+/**
+ * `lua` on `keys` with `argv` through `send`, as {@link evalScript} runs it (`FCALL` with
+ * `functions`, `EVALSHA`, `EVAL`); a failure coded by {@link glideFailure}.
+ */
 function evaluate(
   send: (args: string[]) => Promise<unknown>,
   lua: string,
-  keys: readonly string[],
-  argv: readonly (string | number)[],
+  { keys, argv, functions }: ScriptRun,
   failed?: (error: unknown) => void,
 ): Promise<unknown> {
   const rest = [String(keys.length), ...keys];
@@ -215,26 +217,39 @@ function evaluate(
         throw glideFailure(error);
       }),
     glideFailure,
+    functions,
   );
 }
 
-function glideStandaloneAdapter(client: GlideClient): RedisClientAdapter {
-  const { state, release } = sharedState(client, (hooks) => new StandaloneConnection(client, hooks, new MemoryPolicies()));
+/** A script's keys and arguments, and the client's function libraries when the store runs functions. */
+interface ScriptRun {
+  readonly keys: readonly string[];
+  readonly argv: readonly (string | number)[];
+  readonly functions: ScriptFunctions | undefined;
+}
+
+function glideStandaloneAdapter(client: GlideClient, useFunctions: boolean): RedisClientAdapter {
   const send = (args: string[]) => client.customCommand(args, { decoder: DECODE_STRINGS });
-  const failed = (error: unknown) => state.failed(error);
+  const { state, release } = sharedState(client, (hooks) => ({
+    connection: new StandaloneConnection(client, hooks, new MemoryPolicies()),
+    functions: new ScriptFunctions((code) => send(['FUNCTION', 'LOAD', 'REPLACE', code])),
+  }));
+  const { connection } = state;
+  const functions = useFunctions ? state.functions : undefined;
+  const failed = (error: unknown) => connection.failed(error);
   return {
-    unavailable: () => (state.down ? 'the Redis connection was lost: GLIDE is reconnecting' : undefined),
+    unavailable: () => (connection.down ? 'the Redis connection was lost: GLIDE is reconnecting' : undefined),
     // A GLIDE client is connected once createClient() has resolved: no first connection to wait for.
     whenConnected: () => undefined,
-    run: (lua, keys, argv) => evaluate(send, lua, keys, argv, failed),
-    runBatch: (script: CheckScript, keys, argv) => evaluate(send, script.batchLua, keys, argv, failed),
+    run: (lua, keys, argv) => evaluate(send, lua, { keys, argv, functions }, failed),
+    runBatch: (script: CheckScript, keys, argv) => evaluate(send, script.batchLua, { keys, argv, functions }, failed),
     cluster: false,
     del: (key) =>
       send(['DEL', key]).then(undefined, (error: unknown) => {
         failed(error);
         throw glideFailure(error);
       }),
-    connectionsMade: () => state.connectionsMade,
+    connectionsMade: () => connection.connectionsMade,
     release,
   };
 }
@@ -316,7 +331,7 @@ class GlideSlotMap {
   }
 }
 
-function glideClusterAdapter(client: GlideClusterClient): RedisClientAdapter {
+function glideClusterAdapter(client: GlideClusterClient, useFunctions: boolean): RedisClientAdapter {
   const { state, release } = sharedState(client, () => {
     const policies = new MemoryPolicies();
     // Every master's INFO, keyed by address.
@@ -327,9 +342,13 @@ function glideClusterAdapter(client: GlideClusterClient): RedisClientAdapter {
       },
       () => undefined,
     );
-    return { slots: new GlideSlotMap(client) };
+    const functions = new ScriptFunctions((code) =>
+      client.customCommand(['FUNCTION', 'LOAD', 'REPLACE', code], { route: 'allPrimaries', decoder: DECODE_STRINGS }),
+    );
+    return { slots: new GlideSlotMap(client), functions };
   });
   const { slots } = state;
+  const functions = useFunctions ? state.functions : undefined;
   const send = (args: string[]) => client.customCommand(args, { decoder: DECODE_STRINGS });
   const routing: ClusterRouting = {
     keyPrefix: '',
@@ -339,8 +358,7 @@ function glideClusterAdapter(client: GlideClusterClient): RedisClientAdapter {
       return evaluate(
         (args) => client.customCommand(args, { route, decoder: DECODE_STRINGS }),
         script.nodeBatchLua,
-        [],
-        argv,
+        { keys: [], argv, functions },
         () => slots.read(),
       );
     },
@@ -351,8 +369,8 @@ function glideClusterAdapter(client: GlideClusterClient): RedisClientAdapter {
     // down until its requestTimeout: whether one node is down says nothing of the others.
     unavailable: () => undefined,
     whenConnected: () => undefined,
-    run: (lua, keys, argv) => evaluate(send, lua, keys, argv),
-    runBatch: (script: CheckScript, keys, argv) => evaluate(send, script.batchLua, keys, argv),
+    run: (lua, keys, argv) => evaluate(send, lua, { keys, argv, functions }),
+    runBatch: (script: CheckScript, keys, argv) => evaluate(send, script.batchLua, { keys, argv, functions }),
     cluster: true,
     routing,
     del: (key) =>

@@ -15,6 +15,8 @@ import {
   packageScriptKind,
   type RedisClientAdapter,
   rethrowStoreFailure,
+  type ScriptCommand,
+  ScriptFunctions,
   type ScriptKind,
   sharedState,
 } from './redis-client';
@@ -26,6 +28,8 @@ export interface IoredisClient {
   readonly isCluster?: boolean | undefined;
   evalsha(sha: string, numberOfKeys: number, ...args: (string | number)[]): Promise<unknown>;
   eval(lua: string, numberOfKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  fcall(name: string, numberOfKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  call(command: string, ...args: string[]): Promise<unknown>;
   del(...keys: string[]): Promise<number>;
   on(event: 'ready' | 'close', listener: () => void): unknown;
 }
@@ -39,7 +43,7 @@ interface IoredisNode extends IoredisClient {
 interface IoredisCluster {
   readonly slots: readonly (readonly string[] | undefined)[];
   readonly options: { readonly keyPrefix?: string | undefined };
-  nodes(role: 'all'): IoredisNode[];
+  nodes(role: 'all' | 'master'): IoredisNode[];
   on(event: '+node' | '-node', listener: (node: IoredisNode) => void): unknown;
 }
 
@@ -50,7 +54,10 @@ interface ClientState {
   readonly policies: MemoryPolicies;
   /** What was warned about this client (the unknown shape of its command queue). */
   readonly warnings: Warnings;
-  readonly routing: ClusterRouting | undefined;
+  /** On a Cluster: its nodes by address. */
+  readonly nodes: ClusterNodes | undefined;
+  /** Which function libraries the client's servers hold. */
+  readonly functions: ScriptFunctions;
 }
 
 export function isIoredisClient(client: unknown): client is IoredisClient {
@@ -70,13 +77,22 @@ function stateOf(client: IoredisClient, hooks: ClientHooks): ClientState {
     hooks,
     policies: new MemoryPolicies(),
     warnings: new Warnings(),
-    routing: client.isCluster === true ? clusterRouting(client as unknown as IoredisCluster, hooks) : undefined,
+    nodes: client.isCluster === true ? clusterNodes(client as unknown as IoredisCluster, hooks) : undefined,
+    functions: new ScriptFunctions((code) => loadEverywhere(client, code)),
   };
   hooks.on('close', () => abandonUnansweredChecks(client, packageScriptKind, state.warnings));
   // Each new connection may reach another node (a restart, a Sentinel failover).
   hooks.on('ready', () => readMemoryPolicies(client, state.policies));
   if (client.status === 'ready') readMemoryPolicies(client, state.policies);
   return state;
+}
+
+/** Loads a function library on the server of a standalone client, or on every master of a Cluster. */
+function loadEverywhere(client: IoredisClient, code: string): Promise<unknown> {
+  if (client.isCluster !== true) return client.call('FUNCTION', 'LOAD', 'REPLACE', code);
+  const masters = (client as unknown as IoredisCluster).nodes('master');
+  if (masters.length === 0) return Promise.reject(new Error('no Cluster master is known yet'));
+  return Promise.all(masters.map((node) => node.call('FUNCTION', 'LOAD', 'REPLACE', code)));
 }
 
 /** Reads the memory policy of the node a standalone client is connected to, or of every master of a Cluster. */
@@ -93,10 +109,11 @@ function readMemoryPolicies(client: IoredisClient, policies: MemoryPolicies): vo
  * (after a restart or `SCRIPT FLUSH`); defines nothing on the client. On a Cluster, a batch
  * holds keys of one slot, and is routed (and redirected) by its first key as any command is.
  */
-export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
+export function ioredisAdapter(client: IoredisClient, useFunctions: boolean): RedisClientAdapter {
   const readiness = { event: 'ready', now: client.status === 'ready' };
   const { state, release } = sharedState(client, (hooks) => stateOf(client, hooks), readiness);
   const { hooks } = state;
+  const functions = useFunctions ? state.functions : undefined;
   return {
     // ioredis queues commands while disconnected and replays them on reconnect, so a check
     // already failed open could still be counted minutes later. Once the connection has been
@@ -105,10 +122,10 @@ export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
     // Before its first connection, a client made with enableOfflineQueue: false refuses commands
     // ("Stream isn't writeable"), and one with the queue would send them however late: wait here.
     whenConnected: (connected) => (!hooks.everReady && CONNECTING.has(client.status) ? hooks.whenReady(connected) : undefined),
-    run: (lua, keys, argv) => evaluate(client, lua, keys, argv),
-    runBatch: (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, keys, argv),
+    run: (lua, keys, argv) => evaluate(client, lua, keys, argv, functions),
+    runBatch: (script: CheckScript, keys, argv) => evaluate(client, script.batchLua, keys, argv, functions),
     cluster: client.isCluster === true,
-    routing: state.routing,
+    routing: state.nodes === undefined ? undefined : clusterRouting(client as unknown as IoredisCluster, state.nodes, functions),
     del: (key) => client.del(key).then(undefined, rethrowStoreFailure),
     connectionsMade: () => hooks.connectionsMade,
     release,
@@ -118,19 +135,26 @@ export function ioredisAdapter(client: IoredisClient): RedisClientAdapter {
 /** The statuses of an ioredis client on its way to a connection (`'wait'`, of `lazyConnect`, waits for a command or `connect()`). */
 const CONNECTING: ReadonlySet<string> = new Set(['connecting', 'connect', 'reconnecting', 'close']);
 
-/**
- * Node batches on an ioredis `Cluster`: the node of a slot from the cluster's slot map, and its
- * `Redis` from the cluster's pool (kept current by the pool's `+node` and `-node` events). A
- * node batch is sent to that `Redis` directly, since a call without keys would go to a random node.
- */
-function clusterRouting(cluster: IoredisCluster, hooks: ClientHooks): ClusterRouting {
-  const nodes = new Map<string, IoredisNode>();
+/** An ioredis `Cluster`'s nodes by address (`host:port`), kept current by its pool's `+node` and `-node` events. */
+type ClusterNodes = Map<string, IoredisNode>;
+
+function clusterNodes(cluster: IoredisCluster, hooks: ClientHooks): ClusterNodes {
+  const nodes: ClusterNodes = new Map();
   const keyOf = (node: IoredisNode) => `${node.options.host}:${node.options.port}`;
   for (const node of cluster.nodes('all')) nodes.set(keyOf(node), node);
   hooks.on('+node', (node: IoredisNode) => nodes.set(keyOf(node), node));
   hooks.on('-node', (node: IoredisNode) => {
     if (nodes.get(keyOf(node)) === node) nodes.delete(keyOf(node));
   });
+  return nodes;
+}
+
+/**
+ * Node batches on an ioredis `Cluster`: the node of a slot from the cluster's slot map, and its
+ * `Redis` from the cluster's pool. A node batch is sent to that `Redis` directly, since a call
+ * without keys would go to a random node.
+ */
+function clusterRouting(cluster: IoredisCluster, nodes: ClusterNodes, functions: ScriptFunctions | undefined): ClusterRouting {
   return {
     keyPrefix: cluster.options.keyPrefix ?? '',
     nodeOf: (slot) => {
@@ -138,14 +162,35 @@ function clusterRouting(cluster: IoredisCluster, hooks: ClientHooks): ClusterRou
       const node = address === undefined ? undefined : nodes.get(address);
       return node?.status === 'ready' ? node : undefined;
     },
-    runOnNode: (node: ClusterNode, script, argv) => evaluate(node as IoredisNode, script.nodeBatchLua, [], argv),
+    runOnNode: (node: ClusterNode, script, argv) => evaluate(node as IoredisNode, script.nodeBatchLua, [], argv, functions),
   };
 }
 
-function evaluate(client: IoredisClient, lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> {
-  return evalScript(lua, (command, script) =>
-    command === 'EVALSHA' ? client.evalsha(script, keys.length, ...keys, ...argv) : client.eval(script, keys.length, ...keys, ...argv),
-  );
+function evaluate(
+  client: IoredisClient,
+  lua: string,
+  keys: readonly string[],
+  argv: readonly (string | number)[],
+  functions: ScriptFunctions | undefined,
+): Promise<unknown> {
+  return evalScript(lua, (command, script) => send(client, command, script, keys, argv), undefined, functions);
+}
+
+function send(
+  client: IoredisClient,
+  command: ScriptCommand,
+  script: string,
+  keys: readonly string[],
+  argv: readonly (string | number)[],
+): Promise<unknown> {
+  switch (command) {
+    case 'FCALL':
+      return client.fcall(script, keys.length, ...keys, ...argv);
+    case 'EVALSHA':
+      return client.evalsha(script, keys.length, ...keys, ...argv);
+    case 'EVAL':
+      return client.eval(script, keys.length, ...keys, ...argv);
+  }
 }
 
 /*
@@ -205,24 +250,27 @@ export function commandQueueOf(
 }
 
 /**
- * Fails every unanswered `EVAL`/`EVALSHA` of one of this package's scripts in the client's
+ * Fails every unanswered `EVAL`/`EVALSHA`/`FCALL` of one of this package's scripts in the client's
  * queues (sent, or waiting offline), and turns it into a dry run in case ioredis sends it after
  * reconnecting: the dry-run flag of a single-key call, or a batch's dry-run override.
  */
 export function abandonUnansweredChecks(
   client: object,
-  kindOf: (bodyOrSha: string) => ScriptKind | undefined = packageScriptKind,
+  kindOf: (script: string) => ScriptKind | undefined = packageScriptKind,
   warnings?: Warnings,
 ): void {
   abandonIn(commandQueueOf(client, 'commandQueue', warnings), kindOf);
   abandonIn(commandQueueOf(client, 'offlineQueue', warnings), kindOf);
 }
 
-function abandonIn(queue: CommandQueue | undefined, kindOf: (bodyOrSha: string) => ScriptKind | undefined): void {
+/** The commands of ioredis that run a script: the first argument names it, then come the key count, keys and arguments. */
+const SCRIPT_COMMANDS: ReadonlySet<string> = new Set(['evalsha', 'eval', 'fcall']);
+
+function abandonIn(queue: CommandQueue | undefined, kindOf: (script: string) => ScriptKind | undefined): void {
   if (queue === undefined) return;
   for (let i = 0; i < queue.length; i++) {
     const command = queue.peekAt(i)?.command;
-    if (command === undefined || (command.name !== 'evalsha' && command.name !== 'eval')) continue;
+    if (command === undefined || !SCRIPT_COMMANDS.has(command.name)) continue;
     if (!Array.isArray(command.args)) continue;
     const kind = kindOf(String(command.args[0]));
     if (kind === undefined) continue;

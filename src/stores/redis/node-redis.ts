@@ -10,7 +10,15 @@ import type { CheckScript } from '../../algorithms/types';
 import { StoreUnavailableError } from '../../errors';
 import type { ClusterNode, ClusterRouting } from './batch';
 import { MemoryPolicies } from './memory-policy';
-import { type ClientHooks, evalScript, type RedisClientAdapter, rethrowStoreFailure, sharedState, storeFailure } from './redis-client';
+import {
+  type ClientHooks,
+  evalScript,
+  type RedisClientAdapter,
+  rethrowStoreFailure,
+  ScriptFunctions,
+  sharedState,
+  storeFailure,
+} from './redis-client';
 
 /** Why a node-redis client that is not open refuses a check: most often, connect() was never awaited. */
 function closed(client: string): string {
@@ -70,7 +78,10 @@ interface ClientState {
   /** Undefined for a standalone client with `disableOfflineQueue: true`: node-redis queues nothing there. */
   readonly epoch: ConnectionEpoch<NodeRedisCommandOptions> | undefined;
   readonly hooks: ClientHooks;
+  /** Which function libraries the client's servers hold. */
+  readonly functions: ScriptFunctions;
 }
+
 /**
  * Replies as node-redis decodes them by default (integers as numbers), whatever type mapping
  * the client has. And, on a standalone client, no per-command timer: node-redis 6 arms one
@@ -124,7 +135,21 @@ function stateOf(client: NodeRedisClient | NodeRedisCluster, cluster: boolean, h
   // The events that mark a new connection: `connect` on a client, `node-connect` on a cluster.
   if (epoch !== undefined) hooks.on(cluster ? 'node-connect' : 'connect', () => epoch.renew());
   watchMemoryPolicies(client, cluster, baseOptions, hooks);
-  return { baseOptions, epoch, hooks };
+  const load = (code: string) => {
+    const command = ['FUNCTION', 'LOAD', 'REPLACE', code];
+    if (!cluster) return (client as NodeRedisClient).sendCommand(command, baseOptions);
+    return Promise.all(
+      mastersOf(client as NodeRedisCluster).map((master) => master.then((node) => node.sendCommand(command, baseOptions))),
+    );
+  };
+  return { baseOptions, epoch, hooks, functions: new ScriptFunctions(load) };
+}
+
+/** The clients of a node-redis cluster's masters, as far as it knows them. */
+function mastersOf(cluster: NodeRedisCluster): Promise<NodeRedisClient>[] {
+  const nodeClient = (cluster as { nodeClient?: (node: unknown) => unknown }).nodeClient;
+  if (typeof nodeClient !== 'function') return [];
+  return cluster.masters.map((master) => Promise.resolve(nodeClient.call(cluster, master) as NodeRedisClient));
 }
 
 /**
@@ -139,14 +164,8 @@ function watchMemoryPolicies(
 ): void {
   const policies = new MemoryPolicies();
   if (cluster) {
-    const { masters } = client as NodeRedisCluster;
-    const nodeClient = (client as { nodeClient?: (node: unknown) => unknown }).nodeClient;
-    if (typeof nodeClient !== 'function') return;
-    for (const master of masters) {
-      policies.read(() =>
-        Promise.resolve(nodeClient.call(client, master)).then((node) => (node as NodeRedisClient).sendCommand(['INFO'], options)),
-      );
-    }
+    for (const master of mastersOf(client as NodeRedisCluster))
+      policies.read(() => master.then((node) => node.sendCommand(['INFO'], options)));
     return;
   }
   const standalone = client as NodeRedisClient;
@@ -172,7 +191,7 @@ const SENTINEL_EPOCH_MS = 100;
  * written to a master is not touched (node-redis removes its abort listener); one it would write
  * again after a dropped connection carries its old, aborted signal, and is refused.
  */
-export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClientAdapter {
+export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel, useFunctions: boolean): RedisClientAdapter {
   const readiness = { event: 'ready', now: sentinel.isReady };
   const { state, release } = sharedState(
     sentinel,
@@ -188,11 +207,13 @@ export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClie
       hooks.on('ready', readPolicy);
       if (sentinel.isReady) readPolicy();
       hooks.every(SENTINEL_EPOCH_MS, () => epoch.renew());
-      return { epoch, hooks };
+      const functions = new ScriptFunctions((code) => sentinel.sendCommand(false, ['FUNCTION', 'LOAD', 'REPLACE', code], STANDALONE));
+      return { epoch, hooks, functions };
     },
     readiness,
   );
   const { epoch } = state;
+  const functions = useFunctions ? state.functions : undefined;
   const evaluate = (lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown> => {
     const rest = [String(keys.length), ...keys];
     for (const arg of argv) rest.push(String(arg));
@@ -204,6 +225,7 @@ export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClie
         return sentinel.sendCommand(false, [command, script, ...rest], sent);
       },
       (error) => failure(error, sent),
+      functions,
     );
   };
   const { hooks } = state;
@@ -226,12 +248,13 @@ export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel): RedisClie
  * Runs scripts with `EVALSHA`, and `EVAL` when Redis answers `NOSCRIPT` (after a restart or
  * `SCRIPT FLUSH`), through node-redis's `sendCommand`: one command per check.
  */
-export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): RedisClientAdapter {
+export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster, useFunctions: boolean): RedisClientAdapter {
   const cluster = isNodeRedisCluster(client);
   // A client emits `ready` once it can take commands; a cluster, `connect`.
   const readiness = { event: cluster ? 'connect' : 'ready', now: readyNow(client) };
   const { state, release } = sharedState(client, (hooks) => stateOf(client, cluster, hooks), readiness);
   const { baseOptions, epoch, hooks } = state;
+  const functions = useFunctions ? state.functions : undefined;
   const send: Send = cluster
     ? (key, args, options) => (client as NodeRedisCluster).sendCommand(key, false, args, options)
     : (_key, args, options) => (client as NodeRedisClient).sendCommand(args, options);
@@ -247,6 +270,7 @@ export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster): Re
         return to(keys[0], [command, script, ...rest], sent);
       },
       (error) => failure(error, sent),
+      functions,
     );
   };
   /**

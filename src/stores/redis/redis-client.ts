@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import { ALGORITHMS } from '../../algorithms';
 import { RELEASE, RENEW } from '../../algorithms/lease';
-import type { CheckScript } from '../../algorithms/types';
+import type { CheckScript, FunctionLibrary } from '../../algorithms/types';
 import { callEach } from '../../async';
 import { RateLimitTimeoutError, StoreError, StoreUnavailableError, storeErrorOf } from '../../errors';
 import type { ClusterRouting } from './batch';
@@ -174,18 +174,30 @@ export type ScriptKind = 'single' | 'batch';
 
 const sha1 = (lua: string) => createHash('sha1').update(lua).digest('hex');
 
-/** The package's scripts, by body and by SHA-1: their SHA-1 and kind, computed once when this module loads. */
-const PACKAGE_SCRIPTS: ReadonlyMap<string, { readonly sha: string; readonly kind: ScriptKind }> = (() => {
-  const scripts = new Map<string, { sha: string; kind: ScriptKind }>();
-  const add = (lua: string, kind: ScriptKind) => {
-    const known = { sha: sha1(lua), kind };
+/** What this package knows of one of its scripts: its SHA-1, its kind, and the function that runs it, if any. */
+interface PackageScript {
+  readonly sha: string;
+  readonly kind: ScriptKind;
+  readonly function?: { readonly name: string; readonly library: FunctionLibrary } | undefined;
+}
+
+/**
+ * The package's scripts, by body, by SHA-1 and by function name: their SHA-1, kind and function,
+ * computed once when this module loads.
+ */
+const PACKAGE_SCRIPTS: ReadonlyMap<string, PackageScript> = (() => {
+  const scripts = new Map<string, PackageScript>();
+  const add = (lua: string, kind: ScriptKind, library?: FunctionLibrary, name?: string) => {
+    const known = { sha: sha1(lua), kind, function: library && name ? { name, library } : undefined };
     scripts.set(lua, known);
     scripts.set(known.sha, known);
+    if (name !== undefined) scripts.set(name, known);
   };
   for (const { check, leaseCheck, settle } of Object.values(ALGORITHMS)) {
-    add(check.lua, 'single');
-    add(check.batchLua, 'batch');
-    add(check.nodeBatchLua, 'batch');
+    const { library } = check;
+    add(check.lua, 'single', library, library.functions.check);
+    add(check.batchLua, 'batch', library, library.functions.batch);
+    add(check.nodeBatchLua, 'batch', library, library.functions.nodeBatch);
     add(leaseCheck.lua, 'single');
     add(settle.lua, 'single');
   }
@@ -199,21 +211,44 @@ export function shaOf(lua: string): string {
   return PACKAGE_SCRIPTS.get(lua)?.sha ?? sha1(lua);
 }
 
-/** Whether `bodyOrSha` (the first argument of an `EVAL` or `EVALSHA`) is one of this package's scripts, and of which kind. */
-export function packageScriptKind(bodyOrSha: string): ScriptKind | undefined {
-  return PACKAGE_SCRIPTS.get(bodyOrSha)?.kind;
+/**
+ * Whether `script` (the first argument of an `EVAL`, `EVALSHA` or `FCALL`: a body, a SHA-1 or a
+ * function name) is one of this package's scripts, and of which kind.
+ */
+export function packageScriptKind(script: string): ScriptKind | undefined {
+  return PACKAGE_SCRIPTS.get(script)?.kind;
 }
 
+/** The commands a script is run with: by SHA-1, by body, or as a function of a loaded library (its name). */
+export type ScriptCommand = 'EVALSHA' | 'EVAL' | 'FCALL';
+
 /**
- * Runs `lua` with `EVALSHA` and, when Redis answers `NOSCRIPT` (after a restart or `SCRIPT
- * FLUSH`), with `EVAL`: the fallback every client adapter shares. `send` sends one of the two
- * with the script's SHA-1 or body as its first argument, the client's way; `fail` turns the
- * failure of an attempt into the error to reject with.
+ * Runs `lua`: as a function (`FCALL`) when `functions` has its library loaded; otherwise, or when
+ * a server answers that it does not have the function, with `EVALSHA` and, when Redis answers
+ * `NOSCRIPT` (after a restart or `SCRIPT FLUSH`), with `EVAL`. The fallbacks every client adapter
+ * shares. `send` sends one of the three with the function's name, the script's SHA-1 or its body
+ * as its first argument (then the key count, keys and arguments as usual), the client's way;
+ * `fail` turns the failure of an attempt into the error to reject with.
  */
 export function evalScript(
   lua: string,
-  send: (command: 'EVALSHA' | 'EVAL', script: string) => Promise<unknown>,
+  send: (command: ScriptCommand, script: string) => Promise<unknown>,
   fail: (error: unknown) => Error = storeFailure,
+  functions?: ScriptFunctions,
+): Promise<unknown> {
+  const fn = PACKAGE_SCRIPTS.get(lua)?.function;
+  if (functions === undefined || fn === undefined || !functions.loaded(fn.library)) return evalBySha(lua, send, fail);
+  return send('FCALL', fn.name).then(undefined, (error: unknown) => {
+    if (!isFunctionNotFound(error)) throw fail(error);
+    functions.lost(fn.library);
+    return evalBySha(lua, send, fail);
+  });
+}
+
+function evalBySha(
+  lua: string,
+  send: (command: ScriptCommand, script: string) => Promise<unknown>,
+  fail: (error: unknown) => Error,
 ): Promise<unknown> {
   return send('EVALSHA', shaOf(lua)).then(undefined, (error: unknown) => {
     if (!isNoScript(error)) throw fail(error);
@@ -221,6 +256,79 @@ export function evalScript(
       throw fail(retryError);
     });
   });
+}
+
+/** A server answered `FCALL` that it has no such function (a node that never loaded it, or `FUNCTION FLUSH`). */
+function isFunctionNotFound(error: unknown): boolean {
+  return error instanceof Error && error.message.includes('Function not found');
+}
+
+/**
+ * A server's answer to `FUNCTION LOAD` that says it never will load one: a server older than
+ * Redis 7, or one whose ACL or configuration forbids the command (managed services).
+ */
+function refusesFunctions(error: unknown): boolean {
+  const message = error instanceof Error ? error.message : String(error);
+  return /unknown command|unknown subcommand|NOPERM|no permissions|PermissionDenied/i.test(message);
+}
+
+/** How long after a failed load (not a refusal: a connection lost, a node down) the next is tried. */
+const RELOAD_PAUSE_MS = 1_000;
+
+/**
+ * Per client: which of this package's function libraries its servers hold, and their loading.
+ * A library is loaded (`FUNCTION LOAD REPLACE`, on every master) when a script of it is first
+ * run; until it is, and whenever a server says it lacks a function (a node added to a Cluster,
+ * `FUNCTION FLUSH`), scripts run with `EVALSHA` and the library is loaded again. A server that
+ * refuses `FUNCTION LOAD` (Redis 6, an ACL without it) gets `EVALSHA` for good.
+ */
+export class ScriptFunctions {
+  private readonly loadedLibraries = new Set<string>();
+  private readonly loading = new Set<string>();
+  /** When each library's last load failed (`Date.now()`). */
+  private readonly failedAt = new Map<string, number>();
+  private refused = false;
+
+  /** `load`: sends `FUNCTION LOAD REPLACE <code>` to every master, and settles once every one has answered. */
+  constructor(private readonly load: (code: string) => Promise<unknown>) {}
+
+  /** Whether `library` is loaded; if not, starts loading it (the call at hand runs with `EVALSHA`). */
+  loaded(library: FunctionLibrary): boolean {
+    if (this.loadedLibraries.has(library.name)) return true;
+    this.startLoading(library);
+    return false;
+  }
+
+  /** A server answered that it does not have a function of `library`: load it again. */
+  lost(library: FunctionLibrary): void {
+    this.loadedLibraries.delete(library.name);
+    this.startLoading(library);
+  }
+
+  private startLoading(library: FunctionLibrary): void {
+    if (this.refused || this.loading.has(library.name)) return;
+    const failedAt = this.failedAt.get(library.name);
+    if (failedAt !== undefined && Date.now() - failedAt < RELOAD_PAUSE_MS) return;
+    this.loading.add(library.name);
+    let loading: Promise<unknown>;
+    try {
+      loading = this.load(library.code);
+    } catch (error) {
+      loading = Promise.reject(error);
+    }
+    loading.then(
+      () => {
+        this.loading.delete(library.name);
+        this.failedAt.delete(library.name);
+        this.loadedLibraries.add(library.name);
+      },
+      (error: unknown) => {
+        this.loading.delete(library.name);
+        this.failedAt.set(library.name, Date.now());
+        if (refusesFunctions(error)) this.refused = true;
+      },
+    );
+  }
 }
 
 /**

@@ -1,10 +1,11 @@
 /**
  * NOSCRIPT recovery: after SCRIPT FLUSH (or a Redis restart) the next check reloads the
- * script by itself and succeeds, counting on from the same state, through every client library.
+ * script by itself and succeeds, counting on from the same state, through every client library;
+ * after FUNCTION FLUSH, the next check runs as a script and the library is loaded again.
  */
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { createLimiter, RedisStore } from '../../../src';
+import { createLimiter, type LimiterOptions, RedisStore } from '../../../src';
 import { ALGORITHM_NAMES, ALGORITHMS as SCRIPTS } from '../../../src/algorithms';
 import type { AlgorithmName } from '../../../src/algorithms/types';
 import { type RedisProcess, startRedis } from '../../../support/redis-server';
@@ -44,10 +45,15 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
   });
   afterAll(() => closeClient(client));
 
+  /** A limiter whose store runs scripts only (`functions: false`). */
+  function scriptsLimiter(options: Omit<LimiterOptions, 'store' | 'prefix'>) {
+    return createLimiter({ store: new RedisStore({ client, functions: false }), prefix: uniquePrefix('noscript'), ...options });
+  }
+
   describe.each(ALGORITHMS)('%s after SCRIPT FLUSH', (algorithm) => {
     test('the next check succeeds and counts on', async () => {
       const clock = manualClock();
-      const limiter = redisLimiter(client, 'noscript', { limit: 5, window: '1h', algorithm, clock: clock.now, denyCacheSize: 0 });
+      const limiter = scriptsLimiter({ limit: 5, window: '1h', algorithm, clock: clock.now, denyCacheSize: 0 });
       expect((await limiter.check('a', { cost: 2 })).allowed).toBe(true);
       const sha = sha1(SCRIPTS[algorithm].check.lua);
       expect(await admin.script('EXISTS', sha)).toEqual([1]);
@@ -62,12 +68,43 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
     });
 
     test('many parallel checks right after a flush all succeed, and count exactly', async () => {
-      const limiter = redisLimiter(client, 'noscript', { limit: 30, window: '1h', algorithm, denyCacheSize: 0 });
+      const limiter = scriptsLimiter({ limit: 30, window: '1h', algorithm, denyCacheSize: 0 });
       await limiter.check('warm');
       await admin.script('FLUSH');
       const decisions = await Promise.all(Array.from({ length: 50 }, () => limiter.check('p')));
       expect(decisions.filter((decision) => decision.allowed)).toHaveLength(30);
       await admin.script('FLUSH');
+      await expect(limiter.peek('p')).resolves.toMatchObject({ allowed: false });
+    });
+  });
+
+  describe.each(ALGORITHMS)('%s after FUNCTION FLUSH', (algorithm) => {
+    const { library } = SCRIPTS[algorithm].check;
+    const loaded = async () => ((await admin.function('LIST', 'LIBRARYNAME', library.name)) as unknown[]).length === 1;
+
+    test('the next check succeeds and counts on, and the library is loaded again', async () => {
+      const clock = manualClock();
+      const limiter = redisLimiter(client, 'nofunction', { limit: 5, window: '1h', algorithm, clock: clock.now, denyCacheSize: 0 });
+      expect((await limiter.check('a', { cost: 2 })).allowed).toBe(true);
+      await waitUntil(loaded, 'the library to be loaded');
+      await admin.function('FLUSH');
+      await admin.script('FLUSH');
+
+      const after = await limiter.check('a', { cost: 2 });
+      expect(after.allowed).toBe(true);
+      expect(after.estimated).toBe(4);
+      await waitUntil(loaded, 'the library to be loaded again');
+      expect((await limiter.check('a', { cost: 2 })).allowed).toBe(false);
+    });
+
+    test('many parallel checks right after a flush all succeed, and count exactly', async () => {
+      const limiter = redisLimiter(client, 'nofunction', { limit: 30, window: '1h', algorithm, denyCacheSize: 0 });
+      await limiter.check('warm');
+      await waitUntil(loaded, 'the library to be loaded');
+      await admin.function('FLUSH');
+      const decisions = await Promise.all(Array.from({ length: 50 }, () => limiter.check('p')));
+      expect(decisions.filter((decision) => decision.allowed)).toHaveLength(30);
+      await admin.function('FLUSH');
       await expect(limiter.peek('p')).resolves.toMatchObject({ allowed: false });
     });
   });
