@@ -5,8 +5,8 @@
  * batches. The types here are structural and nothing is imported from GLIDE, so neither the
  * package's code nor its declarations need it installed.
  *
- * Scripts run with `customCommand` (`EVALSHA`, then `EVAL` on `NOSCRIPT`, through the shared
- * {@link evalScript}), not GLIDE's `Script` and `invokeScript`: the same speed (bench/glide.ts
+ * Scripts run with `customCommand` (`FCALL` once their library is loaded, else `EVALSHA`, then
+ * `EVAL` on `NOSCRIPT`, through the shared {@link evalScript}), not GLIDE's `Script` and `invokeScript`: the same speed (bench/glide.ts
  * measures both), no native `Script` objects to make (which would need GLIDE imported) and release,
  * and the same fallback as every other client.
  */

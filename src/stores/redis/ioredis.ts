@@ -105,8 +105,9 @@ function readMemoryPolicies(client: IoredisClient, policies: MemoryPolicies): vo
 }
 
 /**
- * Runs scripts with the client's own `evalsha`, and `eval` when Redis answers `NOSCRIPT`
- * (after a restart or `SCRIPT FLUSH`); defines nothing on the client. On a Cluster, a batch
+ * Runs scripts with the client's own `fcall` once their library is loaded, else `evalsha`, and
+ * `eval` when Redis answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`), as
+ * {@link evalScript} does; defines nothing on the client. On a Cluster, a batch
  * holds keys of one slot, and is routed (and redirected) by its first key as any command is.
  */
 export function ioredisAdapter(client: IoredisClient, useFunctions: boolean): RedisClientAdapter {

@@ -245,8 +245,8 @@ export function nodeRedisSentinelAdapter(sentinel: NodeRedisSentinel, useFunctio
 }
 
 /**
- * Runs scripts with `EVALSHA`, and `EVAL` when Redis answers `NOSCRIPT` (after a restart or
- * `SCRIPT FLUSH`), through node-redis's `sendCommand`: one command per check.
+ * Runs scripts as {@link evalScript} does (`FCALL` once their library is loaded, else `EVALSHA`,
+ * and `EVAL` when Redis answers `NOSCRIPT`), through node-redis's `sendCommand`: one command per check.
  */
 export function nodeRedisAdapter(client: NodeRedisClient | NodeRedisCluster, useFunctions: boolean): RedisClientAdapter {
   const cluster = isNodeRedisCluster(client);

@@ -1,6 +1,7 @@
 /**
  * What a {@link RedisStore} needs of a Redis client, and what every client adapter shares: the
- * scripts' SHA-1s, the `EVALSHA`-then-`EVAL` fallback, the listeners and timers made on a client
+ * scripts' SHA-1s and functions, the `FCALL`, `EVALSHA` and `EVAL` fallbacks, the loading of
+ * function libraries, the listeners and timers made on a client
  * (removed when its stores close), and the coding of failures. One small adapter per client kind
  * (ioredis.ts, node-redis.ts, glide.ts) implements the rest, so the store logic is written once.
  */
@@ -16,8 +17,9 @@ export interface RedisClientAdapter {
   /** Why a command sent now would not go to Redis at once (to fail instead of queueing it), or `undefined`. */
   unavailable(): string | undefined;
   /**
-   * Runs a script (`lua`) on its keys, all in one Cluster slot: `EVALSHA`, falling back to `EVAL`
-   * when Redis answers `NOSCRIPT` ({@link evalScript}).
+   * Runs a script (`lua`) on its keys, all in one Cluster slot: `FCALL` of its function when the
+   * store runs functions and the library is loaded, else `EVALSHA`, falling back to `EVAL` when
+   * Redis answers `NOSCRIPT` ({@link evalScript}).
    */
   run(lua: string, keys: readonly string[], argv: readonly (string | number)[]): Promise<unknown>;
   del(key: string): Promise<unknown>;
@@ -289,8 +291,14 @@ export class ScriptFunctions {
   private readonly failedAt = new Map<string, number>();
   private refused = false;
 
-  /** `load`: sends `FUNCTION LOAD REPLACE <code>` to every master, and settles once every one has answered. */
-  constructor(private readonly load: (code: string) => Promise<unknown>) {}
+  /**
+   * `load`: sends `FUNCTION LOAD REPLACE <code>` to every master, and settles once every one has
+   * answered. `now`: the clock of the pause after a failed load.
+   */
+  constructor(
+    private readonly load: (code: string) => Promise<unknown>,
+    private readonly now: () => number = Date.now,
+  ) {}
 
   /** Whether `library` is loaded; if not, starts loading it (the call at hand runs with `EVALSHA`). */
   loaded(library: FunctionLibrary): boolean {
@@ -308,7 +316,7 @@ export class ScriptFunctions {
   private startLoading(library: FunctionLibrary): void {
     if (this.refused || this.loading.has(library.name)) return;
     const failedAt = this.failedAt.get(library.name);
-    if (failedAt !== undefined && Date.now() - failedAt < RELOAD_PAUSE_MS) return;
+    if (failedAt !== undefined && this.now() - failedAt < RELOAD_PAUSE_MS) return;
     this.loading.add(library.name);
     let loading: Promise<unknown>;
     try {
@@ -324,7 +332,7 @@ export class ScriptFunctions {
       },
       (error: unknown) => {
         this.loading.delete(library.name);
-        this.failedAt.set(library.name, Date.now());
+        this.failedAt.set(library.name, this.now());
         if (refusesFunctions(error)) this.refused = true;
       },
     );
