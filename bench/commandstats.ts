@@ -4,7 +4,7 @@
  */
 import type { Redis } from 'ioredis';
 
-/** Calls and microseconds of every command since the server started (`INFO commandstats`), and of its script calls. */
+/** Calls and microseconds of every command since the server started (`INFO commandstats`), and of its script calls (`EVALSHA`, `EVAL`, `FCALL`). */
 export interface CommandTotals {
   calls: number;
   scriptCalls: number;
@@ -20,7 +20,7 @@ export async function commandTotals(nodes: readonly Redis[]): Promise<CommandTot
       // The bench's own INFO calls are not the limiter's.
       if (command === 'info') continue;
       totals.calls += Number(calls);
-      if (command === 'evalsha' || command === 'eval') {
+      if (command === 'evalsha' || command === 'eval' || command === 'fcall') {
         totals.scriptCalls += Number(calls);
         totals.scriptUsec += Number(usec);
       }

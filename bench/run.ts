@@ -167,7 +167,7 @@ interface CpuShare {
   serverUsPerRequest: number;
   /** redis-server CPU microseconds per request answered (every master summed, on the cluster). */
   redisUsPerRequest: number;
-  /** Redis commands per request answered (`INFO commandstats`, every master summed), of which script calls (`EVALSHA`, `EVAL`). */
+  /** Redis commands per request answered (`INFO commandstats`, every master summed), of which script calls (`EVALSHA`, `EVAL`, `FCALL`). */
   commandsPerRequest: number;
   scriptCallsPerRequest: number;
   /** Microseconds inside one script call (`commandstats`), averaged over the round's calls; 0 without calls. */

@@ -18,12 +18,16 @@
  *                        rounds (default 30000); 0: a fresh identifier for every check
  * - SCRIPT_AB_TIERS      1 (one hour) or 2 (and one day), limits out of reach (default 1)
  * - SCRIPT_AB_ROUNDS     default 7
+ * - SCRIPT_AB_THIS       `script` (default), or `function`: this tree's node batch runs as its
+ *                        function (`FCALL`, its library loaded), and the other's as a script. With
+ *                        SCRIPT_AB_BASE=src, what running the checks as functions saves.
  */
 import { spawnSync } from 'node:child_process';
 import { cpus } from 'node:os';
 import { resolve } from 'node:path';
 import { Redis } from 'ioredis';
 import type * as Algorithms from '../src/algorithms';
+import type { FunctionLibrary } from '../src/algorithms/types';
 import type * as Protocol from '../src/protocol';
 import { startRedis } from '../support/redis-server';
 
@@ -36,16 +40,24 @@ const TIERS = [
   { limit: 1e9, window: 86_400_000 },
 ].slice(0, Number(process.env.SCRIPT_AB_TIERS ?? 1));
 const ROUNDS = Number(process.env.SCRIPT_AB_ROUNDS ?? 7);
+const THIS_AS_FUNCTION = process.env.SCRIPT_AB_THIS === 'function';
 const CALLS_PER_TURN = 50;
 const TURNS_PER_ROUND = 40;
 
-/** One source tree's script and argument encoding. */
+/** One source tree's node batch, as a script or a function, and its argument encoding. */
 interface Tree {
   readonly name: string;
   readonly lua: string;
-  readonly sha: string;
+  readonly library: FunctionLibrary;
   /** The ARGV of a node batch on `keys`. */
   argv(keys: readonly string[]): string[];
+}
+
+/** How a tree's node batch is called: `EVALSHA` of its script, or `FCALL` of its function. */
+interface Caller {
+  /** The command, as `INFO commandstats` names it. */
+  readonly command: 'evalsha' | 'fcall';
+  call(keys: readonly string[]): Promise<unknown>;
 }
 
 function load(name: string, src: string): Omit<Tree, 'sha'> {
@@ -61,7 +73,19 @@ function load(name: string, src: string): Omit<Tree, 'sha'> {
     tiers: TIERS,
     precision: 10,
   });
-  return { name, lua: ALGORITHMS[ALGORITHM].check.nodeBatchLua, argv: (keys) => batchArgv(new Array(keys.length).fill(args), keys) };
+  const { check } = ALGORITHMS[ALGORITHM];
+  return { name, lua: check.nodeBatchLua, library: check.library, argv: (keys) => batchArgv(new Array(keys.length).fill(args), keys) };
+}
+
+/** Loads `tree`'s script, or with `asFunction` its library, on the server of `client`. */
+async function callerOf(client: Redis, tree: Tree, asFunction: boolean): Promise<Caller> {
+  if (asFunction) {
+    await client.function('LOAD', 'REPLACE', tree.library.code);
+    const name = tree.library.functions.nodeBatch;
+    return { command: 'fcall', call: (keys) => client.fcall(name, 0, ...tree.argv(keys)) };
+  }
+  const sha = String(await client.script('LOAD', tree.lua));
+  return { command: 'evalsha', call: (keys) => client.evalsha(sha, 0, ...tree.argv(keys)) };
 }
 
 /** Pins a process to one CPU, where the machine has two or more and `taskset`. */
@@ -69,8 +93,8 @@ function pin(pid: number, cpu: number): void {
   if (cpus().length > 1) spawnSync('taskset', ['-pc', String(cpu), String(pid)], { stdio: 'ignore' });
 }
 
-const scriptUsec = async (client: Redis): Promise<number> =>
-  Number(/^cmdstat_evalsha:calls=\d+,usec=(\d+)/m.exec(await client.info('commandstats'))?.[1] ?? 0);
+const usecOf = async (client: Redis, command: Caller['command']): Promise<number> =>
+  Number(new RegExp(`^cmdstat_${command}:calls=\\d+,usec=(\\d+)`, 'm').exec(await client.info('commandstats'))?.[1] ?? 0);
 
 async function main(): Promise<void> {
   if (BASE === undefined) throw new Error('SCRIPT_AB_BASE: the src/ directory of the tree to compare with');
@@ -79,10 +103,8 @@ async function main(): Promise<void> {
   try {
     pin(Number(/process_id:(\d+)/.exec(await client.info('server'))?.[1]), 1);
     pin(process.pid, 0);
-    const trees: Tree[] = [];
-    for (const tree of [load('other', BASE), load('this', resolve(__dirname, '..', 'src'))]) {
-      trees.push({ ...tree, sha: String(await client.script('LOAD', tree.lua)) });
-    }
+    const trees = [load('other', BASE), load('this', resolve(__dirname, '..', 'src'))];
+    const callers = [await callerOf(client, trees[0], false), await callerOf(client, trees[1], THIS_AS_FUNCTION)];
     let fresh = 0;
     const keysFor = (tree: number, turn: number, call: number): string[] =>
       Array.from({ length: KEYS }, (_, i) =>
@@ -92,22 +114,21 @@ async function main(): Promise<void> {
     for (let tree = 0; tree < trees.length; tree++) {
       for (let first = 0; first < STORED; first += KEYS) {
         const keys = Array.from({ length: Math.min(KEYS, STORED - first) }, (_, i) => `${tree}:${first + i}`);
-        await client.evalsha(trees[tree].sha, 0, ...trees[tree].argv(keys));
+        await callers[tree].call(keys);
       }
     }
     console.log(
-      `${ALGORITHM}, ${KEYS} checks a call, ${STORED > 0 ? `${STORED} stored identifiers` : 'fresh identifiers'}, ${TIERS.length} tier(s)`,
+      `${ALGORITHM}, ${KEYS} checks a call, ${STORED > 0 ? `${STORED} stored identifiers` : 'fresh identifiers'}, ${TIERS.length} tier(s), this tree's as a ${THIS_AS_FUNCTION ? 'function' : 'script'}`,
     );
     const ratios: number[] = [];
     for (let round = 1; round <= ROUNDS; round++) {
       const usec = [0, 0];
       for (let turn = 0; turn < TURNS_PER_ROUND; turn++) {
         for (const tree of turn % 2 === 0 ? [0, 1] : [1, 0]) {
-          const before = await scriptUsec(client);
-          for (let call = 0; call < CALLS_PER_TURN; call++) {
-            await client.evalsha(trees[tree].sha, 0, ...trees[tree].argv(keysFor(tree, turn, call)));
-          }
-          usec[tree] += (await scriptUsec(client)) - before;
+          const { command, call } = callers[tree];
+          const before = await usecOf(client, command);
+          for (let i = 0; i < CALLS_PER_TURN; i++) await call(keysFor(tree, turn, i));
+          usec[tree] += (await usecOf(client, command)) - before;
         }
       }
       const calls = TURNS_PER_ROUND * CALLS_PER_TURN;
