@@ -261,9 +261,30 @@ export const LUA_PROTOCOL = `
 local timeOfRun
 -- The last answer of readArgs and the argv table it read: the checks of a batch usually share one.
 local lastArgv, lastArgs
--- A function library (Redis 7) keeps its top-level values from call to call: each call starts anew.
+-- A function library (Redis 7) keeps its top-level values from call to call: each call starts anew,
+-- but for the memos below.
 local function forgetArgs()
   timeOfRun, lastArgv, lastArgs = nil, nil, nil
+end
+-- A batch's per-key arguments, from their text: the last text and its fields, read-only (a library
+-- keeps them between calls, whose arguments usually repeat).
+local argsText, argsFields
+local function fieldsOf(text)
+  if text == argsText then return argsFields end
+  local fields = {}
+  for field in string.gmatch(text .. ',', '([^,]*),') do fields[#fields + 1] = field end
+  argsText, argsFields = text, fields
+  return fields
+end
+-- The string.format pattern of a reply of n numbers, '%d,%d,...,%d', by n.
+local replyFormats = {}
+local function replyFormat(n)
+  local format = replyFormats[n]
+  if not format then
+    format = string.rep('%d,', n - 1) .. '%d'
+    replyFormats[n] = format
+  end
+  return format
 end
 local function readArgs(argv)
   if argv == lastArgv then
@@ -346,7 +367,7 @@ function batchLoop(count: string, keyAt: (index: string) => string, argsBase: st
   else`
     : `  local reply = check(key, argv)
   do`;
-  return `local replies, formats = {}, {}
+  return `local replies = {}
 local count = ${count}
 local argsBase = ${argsBase}
 local shared = #ARGV == argsBase + 1
@@ -357,18 +378,15 @@ for k = 1, count do
   if heldKey ~= nil and heldKey ~= key then flushWrites() end
   if k < count then nextKey = ${keyAt('k + 1')} else nextKey = nil end
   if k == 1 or not shared then
-    argv = {}
-    for field in string.gmatch(ARGV[argsBase + k] .. ',', '([^,]*),') do argv[#argv + 1] = field end
-    if ARGV[${BATCH_SLOT.dryRunOverride}] == '1' then argv[${ARGV_SLOT.dryRun}] = '1' end
+    argv = fieldsOf(ARGV[argsBase + k])
+    if ARGV[${BATCH_SLOT.dryRunOverride}] == '1' then
+      argv = { unpack(argv) }
+      argv[${ARGV_SLOT.dryRun}] = '1'
+    end
   end
 ${run}
-    -- One string.format per reply ('%d,%d,...,%d', made once per reply length) rather than one per number.
-    local format = formats[#reply]
-    if not format then
-      format = string.rep('%d,', #reply - 1) .. '%d'
-      formats[#reply] = format
-    end
-    replies[k] = string.format(format, unpack(reply))
+    -- One string.format per reply rather than one per number.
+    replies[k] = string.format(replyFormat(#reply), unpack(reply))
   end
 end
 flushWrites()

@@ -22,8 +22,9 @@ local function readValue(key)
   if key == heldKey then return heldValue end
   return redis.call('GET', key)
 end
--- An expiry is sent as text made once per run: Redis would format the number for every call.
-local expiryTexts = {}
+-- An expiry is sent as text made once per run (a library's runs share it): Redis would format the
+-- number for every call.
+local expiryTexts, expiryCount = {}, 0
 local function setValue(key, value, expiryMs)
   if expiryMs == nil then
     redis.call('SET', key, value, 'KEEPTTL')
@@ -33,6 +34,7 @@ local function setValue(key, value, expiryMs)
   if not text then
     text = string.format('%d', expiryMs)
     expiryTexts[expiryMs] = text
+    expiryCount = expiryCount + 1
   end
   redis.call('SET', key, value, 'PX', text)
 end
@@ -61,8 +63,9 @@ end
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 -- Counters are stored in base 36: a window index and two counts fit in 12 characters,
 -- which keeps a key within Redis's smallest string allocation for realistic counts.
--- Remembered for the run: the checks of a batch share their window indexes, and small counts repeat.
-local base36Of = { [0] = '0' }
+-- Remembered for the run (a library's runs share it): the checks of a batch share their window
+-- indexes, and small counts repeat.
+local base36Of, base36Count = { [0] = '0' }, 0
 local function base36(number)
   local text = base36Of[number]
   if text then return text end
@@ -74,6 +77,7 @@ local function base36(number)
     rest = (rest - digit) / 36
   end
   base36Of[number] = text
+  base36Count = base36Count + 1
   return text
 end
 -- The numbers of a counter string, in one table that the run's calls share: what a call answers
@@ -92,10 +96,13 @@ local function readCounters(value)
   return numbers
 end
 -- A function library (Redis 7) keeps its top-level values from call to call: each call starts
--- anew, its memos too (they grow with the window indexes and expiries met).
+-- anew, but for the memos, kept while they are small (they grow with the window indexes, counts
+-- and expiries met).
+local MEMO_SIZE = 10000
 local function forgetWrites()
   nextKey, heldKey, heldValue, heldExpiry = nil, nil, nil, nil
-  expiryTexts, base36Of = {}, { [0] = '0' }
+  if expiryCount > MEMO_SIZE then expiryTexts, expiryCount = {}, 0 end
+  if base36Count > MEMO_SIZE then base36Of, base36Count = { [0] = '0' }, 0 end
 end
 -- A counter string with one tier's text added: the usual one tier needs no table.concat.
 local function withTier(value, tierText)
