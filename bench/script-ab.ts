@@ -73,8 +73,8 @@ function load(name: string, src: string): Omit<Tree, 'sha'> {
     tiers: TIERS,
     precision: 10,
   });
-  const { check } = ALGORITHMS[ALGORITHM];
-  return { name, lua: check.nodeBatchLua, library: check.library, argv: (keys) => batchArgv(new Array(keys.length).fill(args), keys) };
+  const { check, library } = ALGORITHMS[ALGORITHM];
+  return { name, lua: check.nodeBatchLua, library, argv: (keys) => batchArgv(new Array(keys.length).fill(args), keys) };
 }
 
 /** Loads `tree`'s script, or with `asFunction` its library, on the server of `client`. */

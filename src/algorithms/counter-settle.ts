@@ -6,7 +6,7 @@
  */
 import { settleReply } from '../protocol';
 import { setAtLeast } from './block';
-import { settleLua } from './prelude';
+import { type SettleLua, settleLua } from './prelude';
 import type { MemoryResult, ScriptArgs } from './types';
 
 /**
@@ -21,7 +21,7 @@ import type { MemoryResult, ScriptArgs } from './types';
  * A give-back keeps the key's expiry and its block; a charge ends a block that is over, and the
  * key lives at least as long as `charge` says (`setAtLeast`).
  */
-export function counterSettleLua(helpers: string, parts: string): string {
+export function counterSettleLua(helpers: string, parts: string): SettleLua {
   return settleLua(
     helpers,
     `${parts}

@@ -12,7 +12,8 @@
 import { ARGV_SLOT, checkReply, LUA_ARGS, LUA_PROTOCOL, leaseChangeReply, pushLease, REPLY } from '../protocol';
 import type { LeaseCheckScript, LeaseResult, LeaseScript, LeaseState, MemoryResult, ScriptArgs } from './types';
 
-const LUA_LEASES = `
+/** The Lua helpers of the lease key, for the scripts that take, release and renew leases. */
+export const LUA_LEASES = `
 -- The lease key: a sorted set, one member per lease (its id) scored by the moment it expires.
 -- Leases in progress at now; expired ones are dropped on the way, unless this is a dry run.
 local function liveLeases(leaseKey, now, dryRun)
@@ -64,10 +65,11 @@ function liveLease(leases: LeaseState | undefined, now: number, leaseId: string)
 }
 
 /**
- * The main chunk of a check that takes a lease, after the algorithm's `check(key, argv)`: the
- * concurrency bound first, then the rate tiers (as a dry run when the bound refuses).
+ * The main chunk of a check that takes a lease, after the algorithm's `check(key, argv)` and
+ * {@link LUA_LEASES}: the concurrency bound first, then the rate tiers (as a dry run when the
+ * bound refuses).
  */
-export const LUA_LEASE_CHECK = `${LUA_LEASES}
+export const LUA_LEASE_CHECK = `
 local argv = ARGV
 ${LUA_ARGS}
 local concurrency, leaseMs, leaseId = readLease(argv)

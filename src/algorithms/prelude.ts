@@ -15,7 +15,7 @@ import {
   type TierLayout,
 } from '../protocol';
 import { blockingCheck, blockingSettle, LUA_BLOCK, type Stored } from './block';
-import { checkWithLease, LUA_LEASE_CHECK } from './lease';
+import { checkWithLease, LUA_LEASE_CHECK, LUA_LEASES } from './lease';
 import { LUA_SHARED } from './shared';
 import type { AlgorithmName, AlgorithmScripts, FunctionLibrary, MemoryResult, ScriptArgs } from './types';
 
@@ -64,7 +64,7 @@ end
     lua: `${check}${LUA_CHECK}`,
     batchLua: `${check}${LUA_BATCH}`,
     nodeBatchLua: `${LUA_NODE_BATCH_FLAGS}${check}${LUA_NODE_BATCH}`,
-    leaseLua: `${check}${LUA_LEASE_CHECK}`,
+    leaseLua: `${check}${LUA_LEASES}${LUA_LEASE_CHECK}`,
     definitions: check,
     layout,
   };
@@ -74,35 +74,62 @@ end
 const LUA_CHECK = 'return check(KEYS[1], ARGV)\n';
 
 /**
- * The check, batch and node batch scripts of an algorithm as one Redis function library
- * (Redis 7): `definitions` run once, when the library is loaded, rather than at every call, which
- * takes about a third off a check's time in Redis (bench/NOTES.md). Each function is a script's
- * last lines, with `KEYS` and `ARGV` as its arguments; it starts by forgetting what the call
- * before left in the library's top-level values. The library is named after its code, so a
- * server can hold the libraries of several versions of this package side by side.
+ * An algorithm's scripts (check, batch, node batch, lease check, settle) as one Redis function
+ * library (Redis 7): what the scripts define before their last lines runs once, when the library
+ * is loaded, rather than at every call, which takes about a third off a check's time in Redis
+ * (bench/NOTES.md). Each function is a script's last lines, with `KEYS` and `ARGV` as its
+ * arguments; it starts by forgetting what the call before left in the library's top-level values.
+ * The library is named after its code, so a server can hold the libraries of several versions of
+ * this package side by side.
  */
-function functionLibrary(algorithm: AlgorithmName, definitions: string): FunctionLibrary {
-  const hash = createHash('sha1').update(definitions).update(LUA_CHECK).update(LUA_BATCH).update(LUA_NODE_BATCH).digest('hex');
+function functionLibrary(algorithm: AlgorithmName, check: CheckLua, settle: SettleLua): FunctionLibrary {
+  const definitions = `${check.definitions}${LUA_LEASES}${settle.helpers}`;
+  const lastLines = {
+    check: LUA_CHECK,
+    batch: LUA_BATCH,
+    nodeBatch: LUA_NODE_BATCH,
+    leaseCheck: LUA_LEASE_CHECK,
+    settle: settle.lastLines,
+  };
+  const hash = createHash('sha1').update(definitions).update(Object.values(lastLines).join('\n')).digest('hex');
   const name = `ratewarden_${algorithm.replace('-', '_')}_${hash.slice(0, 16)}`;
-  const functions = { check: `${name}_check`, batch: `${name}_batch`, nodeBatch: `${name}_node_batch` };
-  const register = (fn: string, lastLines: string, flags = '') =>
-    `redis.register_function{function_name = '${fn}', flags = {${flags}}, callback = function(KEYS, ARGV)
+  const functions = {
+    check: `${name}_check`,
+    batch: `${name}_batch`,
+    nodeBatch: `${name}_node_batch`,
+    leaseCheck: `${name}_lease_check`,
+    settle: `${name}_settle`,
+  };
+  const register = (part: keyof typeof functions, flags = '') =>
+    `redis.register_function{function_name = '${functions[part]}', flags = {${flags}}, callback = function(KEYS, ARGV)
 forgetArgs()
 forgetWrites()
-${lastLines}end}
+${lastLines[part]}end}
 `;
-  const code = `#!lua name=${name}
-${definitions}
-${register(functions.check, LUA_CHECK)}${register(functions.batch, LUA_BATCH)}${register(functions.nodeBatch, LUA_NODE_BATCH, "'allow-cross-slot-keys'")}`;
-  return { name, code, functions };
+  const registered = [
+    register('check'),
+    register('batch'),
+    register('nodeBatch', "'allow-cross-slot-keys'"),
+    register('leaseCheck'),
+    register('settle'),
+  ];
+  return { name, code: `#!lua name=${name}\n${definitions}\n${registered.join('')}`, functions };
+}
+
+/** A settle script, as {@link settleLua} builds it. */
+export interface SettleLua {
+  readonly lua: string;
+  /** The algorithm's helpers, defined before the script's last lines. */
+  readonly helpers: string;
+  readonly lastLines: string;
 }
 
 /** A settle script: the prelude, the algorithm's `helpers`, and a `body` reading `key` and the locals of `LUA_ARGS`. */
-export function settleLua(helpers: string, body: string): string {
-  return `${LUA_PRELUDE}${helpers}
-local argv, key = ARGV, KEYS[1]
+export function settleLua(helpers: string, body: string): SettleLua {
+  const lastLines = `local argv, key = ARGV, KEYS[1]
 ${LUA_ARGS}
 ${body}`;
+  return { lua: `${LUA_PRELUDE}${helpers}\n${lastLines}`, helpers, lastLines };
 }
 
 /** The TypeScript twin of an algorithm's check or settle body, on its own state (blocks aside). */
@@ -115,7 +142,7 @@ type Twin<Body> = (body: Body | undefined, args: ScriptArgs) => MemoryResult<Bod
  */
 export function defineAlgorithm<Body>(
   algorithm: AlgorithmName,
-  lua: { readonly check: CheckLua; readonly settle: string },
+  lua: { readonly check: CheckLua; readonly settle: SettleLua },
   twins: { readonly check: Twin<Body>; readonly settle: Twin<Body> },
 ): AlgorithmScripts<Stored<Body>> {
   const { layout } = lua.check;
@@ -123,14 +150,9 @@ export function defineAlgorithm<Body>(
   return {
     algorithm,
     tierLayout: layout,
-    check: {
-      lua: lua.check.lua,
-      batchLua: lua.check.batchLua,
-      nodeBatchLua: lua.check.nodeBatchLua,
-      library: functionLibrary(algorithm, lua.check.definitions),
-      apply: check,
-    },
+    check: { lua: lua.check.lua, batchLua: lua.check.batchLua, nodeBatchLua: lua.check.nodeBatchLua, apply: check },
     leaseCheck: { lua: lua.check.leaseLua, apply: checkWithLease(check) },
-    settle: { lua: lua.settle, apply: blockingSettle(twins.settle) },
+    settle: { lua: lua.settle.lua, apply: blockingSettle(twins.settle) },
+    library: functionLibrary(algorithm, lua.check, lua.settle),
   };
 }

@@ -41,19 +41,23 @@ export interface CheckScript<State = unknown> extends Script<State> {
   readonly batchLua: string;
   /** Checks keys of several Cluster slots served by one node, passed in ARGV (see `NODE_BATCH_SLOT`); answers one reply per key. */
   readonly nodeBatchLua: string;
-  /** The same three scripts as functions of one library, for Redis 7 and later (`FUNCTION LOAD`, `FCALL`). */
-  readonly library: FunctionLibrary;
 }
 
 /**
  * A Redis function library (Redis 7 and later): its code for `FUNCTION LOAD`, and the names to
- * `FCALL` of the functions that run a check script's `lua`, `batchLua` and `nodeBatchLua`, with
- * the same keys and arguments.
+ * `FCALL` of the functions that run an algorithm's scripts (the check's `lua`, `batchLua` and
+ * `nodeBatchLua`, the lease check's and the settle's `lua`), with the same keys and arguments.
  */
 export interface FunctionLibrary {
   readonly name: string;
   readonly code: string;
-  readonly functions: { readonly check: string; readonly batch: string; readonly nodeBatch: string };
+  readonly functions: {
+    readonly check: string;
+    readonly batch: string;
+    readonly nodeBatch: string;
+    readonly leaseCheck: string;
+    readonly settle: string;
+  };
 }
 
 /** The scripts of one algorithm. */
@@ -70,6 +74,8 @@ export interface AlgorithmScripts<State = unknown> {
   readonly settle: Script<State>;
   /** The check that also takes a lease, for a limiter with `concurrency`. */
   readonly leaseCheck: LeaseCheckScript<State>;
+  /** The same scripts as functions of one library, for Redis 7 and later (`FUNCTION LOAD`, `FCALL`). */
+  readonly library: FunctionLibrary;
 }
 
 /** The live leases of an identifier: each lease's id, and the moment it expires. */

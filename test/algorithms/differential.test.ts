@@ -543,94 +543,99 @@ function twinState(state: unknown): { blockedUntil: number; body: number[] } {
 }
 
 describe.each(ALGORITHMS)('%s: raw Lua scripts against their TypeScript twins', (algorithm) => {
-  test('identical replies and identical stored state for a seeded random sequence of checks and settlements', async () => {
-    const scripts = SCRIPTS[algorithm];
-    const seed = 0xa11 + ALGORITHMS.indexOf(algorithm);
-    const random = seeded(seed);
-    let compared = 0;
-    let denied = 0;
-    let refunds = 0;
-    let refunded = 0;
-    let charges = 0;
-    let blockedChecks = 0;
-    let wipingBlocks = 0;
-    for (let config = 0; config < 8; config++) {
-      const tiers = randomTiers(random, algorithm);
-      const precision = randomPrecision(random, algorithm);
-      const key = `${uniquePrefix('raw')}:k`;
-      let now = config % 2 === 0 ? Math.floor(random() * 20) : 1_700_000_000_000 + Math.floor(random() * 100_000);
-      let state: unknown;
-      const counted: { at: number; cost: number }[] = [];
-      // Half the configurations block a denied identifier for a while (blockFor), half of those
-      // wiping its counts for the block (blockResets).
-      const blockFor = config % 2 === 1 ? 0 : 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window)));
-      const blockResets = config % 4 === 0;
-      for (let step = 0; step < 150; step++) {
-        now = nextTime(now, tiers, random);
-        const settle = random() < (counted.length > 0 ? 0.2 : 0.03);
-        const { lua } = settle ? scripts.settle : scripts.check;
-        const dryRun = random() < 0.2;
-        let cost: number;
-        let actualCost = 0;
-        let argv: (string | number)[];
-        let result: MemoryResult<unknown>;
-        if (settle) {
-          // A counted check settled to 0 (a refund), to less or to more; now and then a check that
-          // counted nothing (a reservation of 0) settled to its actual cost.
-          const [taken] = counted.length > 0 ? counted.splice(Math.floor(random() * counted.length), 1) : [{ at: now, cost: 0 }];
-          cost = taken.cost;
-          const roll = random();
-          actualCost = roll < 0.4 ? 0 : roll < 0.7 ? Math.floor(random() * cost) : cost + 1 + Math.floor(random() * 2 * tiers[0].limit);
-          const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, actualCost, tiers, precision };
-          argv = scriptArgv(args);
-          result = scripts.settle.apply(state, args);
-        } else {
-          cost = randomCost(random, tiers);
-          const args = { now, cost, dryRun, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision };
-          argv = scriptArgv(args);
-          result = scripts.check.apply(state, args);
-        }
-        // PERSIST in the same MULTI, so Redis' real clock cannot expire what the fake clock still needs.
-        const results = (await client
-          .multi()
-          .eval(lua, 1, key, ...argv)
-          .persist(key)
-          .exec())!;
-        if (results[0][0]) throw results[0][0];
-        const fromLua = results[0][1] as number[];
-        state = result.state;
-        const context = `seed ${seed}, tiers ${JSON.stringify(tiers)}, step ${step}, now ${now}, ${settle ? `settle to ${actualCost}` : 'check'} cost ${cost}, dry ${dryRun}`;
-        if (!isDeepStrictEqual(fromLua, [...result.reply])) {
-          throw new Error(`${context}: replies differ\nlua: ${JSON.stringify(fromLua)}\nts:  ${JSON.stringify(result.reply)}`);
-        }
-        const stored = await redisState(algorithm, key);
-        const twin = twinState(state);
-        if (!isDeepStrictEqual(stored, twin)) {
-          throw new Error(`${context}: stored state differs\nredis: ${JSON.stringify(stored)}\nts:    ${JSON.stringify(twin)}`);
-        }
-        compared++;
-        if (settle && actualCost < cost) {
-          refunds++;
-          if (fromLua[0] > 0) refunded++;
-        } else if (settle) {
-          if (fromLua[1] > 0 && !dryRun) charges++;
-        } else {
-          if (fromLua[0] === 0) denied++;
-          if (fromLua[2] > 0) blockedChecks++;
-          if (blockResets && fromLua[2] === blockFor && !dryRun) wipingBlocks++;
-          if (fromLua[0] === 1 && cost > 0 && !dryRun) counted.push({ at: now, cost });
+  // As scripts, and as functions of the algorithm's library.
+  test.each(['scripts', 'functions'])(
+    '%s: identical replies and identical stored state for a seeded random sequence of checks and settlements',
+    async (form) => {
+      const scripts = SCRIPTS[algorithm];
+      const { functions } = scripts.library;
+      await client.function('LOAD', 'REPLACE', scripts.library.code);
+      const seed = 0xa11 + ALGORITHMS.indexOf(algorithm);
+      const random = seeded(seed);
+      let compared = 0;
+      let denied = 0;
+      let refunds = 0;
+      let refunded = 0;
+      let charges = 0;
+      let blockedChecks = 0;
+      let wipingBlocks = 0;
+      for (let config = 0; config < 8; config++) {
+        const tiers = randomTiers(random, algorithm);
+        const precision = randomPrecision(random, algorithm);
+        const key = `${uniquePrefix('raw')}:k`;
+        let now = config % 2 === 0 ? Math.floor(random() * 20) : 1_700_000_000_000 + Math.floor(random() * 100_000);
+        let state: unknown;
+        const counted: { at: number; cost: number }[] = [];
+        // Half the configurations block a denied identifier for a while (blockFor), half of those
+        // wiping its counts for the block (blockResets).
+        const blockFor = config % 2 === 1 ? 0 : 1 + Math.floor(random() * 2 * Math.max(...tiers.map((tier) => tier.window)));
+        const blockResets = config % 4 === 0;
+        for (let step = 0; step < 150; step++) {
+          now = nextTime(now, tiers, random);
+          const settle = random() < (counted.length > 0 ? 0.2 : 0.03);
+          const { lua } = settle ? scripts.settle : scripts.check;
+          const dryRun = random() < 0.2;
+          let cost: number;
+          let actualCost = 0;
+          let argv: (string | number)[];
+          let result: MemoryResult<unknown>;
+          if (settle) {
+            // A counted check settled to 0 (a refund), to less or to more; now and then a check that
+            // counted nothing (a reservation of 0) settled to its actual cost.
+            const [taken] = counted.length > 0 ? counted.splice(Math.floor(random() * counted.length), 1) : [{ at: now, cost: 0 }];
+            cost = taken.cost;
+            const roll = random();
+            actualCost = roll < 0.4 ? 0 : roll < 0.7 ? Math.floor(random() * cost) : cost + 1 + Math.floor(random() * 2 * tiers[0].limit);
+            const args = { now, cost, dryRun, blockFor: 0, countedAt: taken.at, actualCost, tiers, precision };
+            argv = scriptArgv(args);
+            result = scripts.settle.apply(state, args);
+          } else {
+            cost = randomCost(random, tiers);
+            const args = { now, cost, dryRun, blockFor, blockResets, countedAt: 0, actualCost: 0, tiers, precision };
+            argv = scriptArgv(args);
+            result = scripts.check.apply(state, args);
+          }
+          // PERSIST in the same MULTI, so Redis' real clock cannot expire what the fake clock still needs.
+          const multi = client.multi();
+          if (form === 'scripts') multi.eval(lua, 1, key, ...argv);
+          else multi.fcall(settle ? functions.settle : functions.check, 1, key, ...argv);
+          const results = (await multi.persist(key).exec())!;
+          if (results[0][0]) throw results[0][0];
+          const fromLua = results[0][1] as number[];
+          state = result.state;
+          const context = `seed ${seed}, tiers ${JSON.stringify(tiers)}, step ${step}, now ${now}, ${settle ? `settle to ${actualCost}` : 'check'} cost ${cost}, dry ${dryRun}`;
+          if (!isDeepStrictEqual(fromLua, [...result.reply])) {
+            throw new Error(`${context}: replies differ\nlua: ${JSON.stringify(fromLua)}\nts:  ${JSON.stringify(result.reply)}`);
+          }
+          const stored = await redisState(algorithm, key);
+          const twin = twinState(state);
+          if (!isDeepStrictEqual(stored, twin)) {
+            throw new Error(`${context}: stored state differs\nredis: ${JSON.stringify(stored)}\nts:    ${JSON.stringify(twin)}`);
+          }
+          compared++;
+          if (settle && actualCost < cost) {
+            refunds++;
+            if (fromLua[0] > 0) refunded++;
+          } else if (settle) {
+            if (fromLua[1] > 0 && !dryRun) charges++;
+          } else {
+            if (fromLua[0] === 0) denied++;
+            if (fromLua[2] > 0) blockedChecks++;
+            if (blockResets && fromLua[2] === blockFor && !dryRun) wipingBlocks++;
+            if (fromLua[0] === 1 && cost > 0 && !dryRun) counted.push({ at: now, cost });
+          }
         }
       }
-    }
-    expect(compared).toBe(8 * 150);
-    expect(denied).toBeGreaterThan(100);
-    // Settlements that gave something back, that found their window gone, and that charged more.
-    expect(refunded).toBeGreaterThan(20);
-    expect(refunds - refunded).toBeGreaterThan(5);
-    expect(charges).toBeGreaterThan(10);
-    expect(blockedChecks).toBeGreaterThan(50);
-    expect(wipingBlocks).toBeGreaterThan(5);
-  });
+      expect(compared).toBe(8 * 150);
+      expect(denied).toBeGreaterThan(100);
+      // Settlements that gave something back, that found their window gone, and that charged more.
+      expect(refunded).toBeGreaterThan(20);
+      expect(refunds - refunded).toBeGreaterThan(5);
+      expect(charges).toBeGreaterThan(10);
+      expect(blockedChecks).toBeGreaterThan(50);
+      expect(wipingBlocks).toBeGreaterThan(5);
+    },
+  );
 });
 
 describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (algorithm) => {
@@ -639,9 +644,9 @@ describe.each(ALGORITHMS)('%s: the batch scripts against the TypeScript twin', (
   test.each(['batch', 'node batch', 'batch function', 'node batch function'])(
     '%s: one call checking several keys (some twice) answers each as the single-key checks would, in order',
     async (form) => {
-      const { check } = SCRIPTS[algorithm];
-      const { functions } = check.library;
-      await client.function('LOAD', 'REPLACE', check.library.code);
+      const { check, library } = SCRIPTS[algorithm];
+      const { functions } = library;
+      await client.function('LOAD', 'REPLACE', library.code);
       const random = seeded(0xba7c4 + ALGORITHMS.indexOf(algorithm));
       let compared = 0;
       let batches = 0;

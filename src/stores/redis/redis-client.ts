@@ -195,13 +195,13 @@ const PACKAGE_SCRIPTS: ReadonlyMap<string, PackageScript> = (() => {
     scripts.set(known.sha, known);
     if (name !== undefined) scripts.set(name, known);
   };
-  for (const { check, leaseCheck, settle } of Object.values(ALGORITHMS)) {
-    const { library } = check;
-    add(check.lua, 'single', library, library.functions.check);
-    add(check.batchLua, 'batch', library, library.functions.batch);
-    add(check.nodeBatchLua, 'batch', library, library.functions.nodeBatch);
-    add(leaseCheck.lua, 'single');
-    add(settle.lua, 'single');
+  for (const { check, leaseCheck, settle, library } of Object.values(ALGORITHMS)) {
+    const { functions } = library;
+    add(check.lua, 'single', library, functions.check);
+    add(check.batchLua, 'batch', library, functions.batch);
+    add(check.nodeBatchLua, 'batch', library, functions.nodeBatch);
+    add(leaseCheck.lua, 'single', library, functions.leaseCheck);
+    add(settle.lua, 'single', library, functions.settle);
   }
   add(RELEASE.lua, 'single');
   add(RENEW.lua, 'single');

@@ -5,11 +5,12 @@
  * and functions.test.ts.
  */
 import { ALGORITHMS } from '../../../src/algorithms';
+import { RELEASE } from '../../../src/algorithms/lease';
 import type { FunctionLibrary } from '../../../src/algorithms/types';
 import { evalScript, type ScriptCommand, ScriptFunctions, shaOf } from '../../../src/stores/redis/redis-client';
 
 const { check } = ALGORITHMS['sliding-window'];
-const { library } = check;
+const { library } = ALGORITHMS['sliding-window'];
 
 /** A library loader whose loads the test settles, and a clock the test sets. */
 function loader() {
@@ -62,7 +63,7 @@ describe('ScriptFunctions', () => {
 
   test('each library is loaded on its own', async () => {
     const { functions, loads } = loader();
-    const other: FunctionLibrary = ALGORITHMS['fixed-window'].check.library;
+    const other: FunctionLibrary = ALGORITHMS['fixed-window'].library;
     functions.loaded(library);
     functions.loaded(other);
     expect(loads.map((load) => load.code)).toEqual([library.code, other.code]);
@@ -83,7 +84,7 @@ describe('ScriptFunctions', () => {
       await loads[0].settle(new Error(refusal));
       advance(60_000);
       expect(functions.loaded(library)).toBe(false);
-      expect(functions.loaded(ALGORITHMS['fixed-window'].check.library)).toBe(false);
+      expect(functions.loaded(ALGORITHMS['fixed-window'].library)).toBe(false);
       expect(loads).toHaveLength(1);
     }
   });
@@ -144,13 +145,18 @@ describe('evalScript', () => {
     ]);
   });
 
-  test('a script with no function (a settle, a lease check) runs as a script', async () => {
+  test("the lease check and the settlement: their library's functions; a lease's release: a script", async () => {
     const { functions, loads } = loader();
     functions.loaded(library);
     await loads[0].settle();
     const { sent, send } = sender();
-    await evalScript(ALGORITHMS['sliding-window'].settle.lua, send, undefined, functions);
-    expect(sent.map(([command]) => command)).toEqual(['EVALSHA']);
+    const { leaseCheck, settle } = ALGORITHMS['sliding-window'];
+    for (const lua of [leaseCheck.lua, settle.lua, RELEASE.lua]) await evalScript(lua, send, undefined, functions);
+    expect(sent).toEqual([
+      ['FCALL', library.functions.leaseCheck],
+      ['FCALL', library.functions.settle],
+      ['EVALSHA', shaOf(RELEASE.lua)],
+    ]);
   });
 
   test('a missing function: the script runs instead, and the library is loaded again', async () => {

@@ -79,7 +79,7 @@ describe.each(REDIS_CLIENTS)('%s', (_name, kind) => {
   });
 
   describe.each(ALGORITHMS)('%s after FUNCTION FLUSH', (algorithm) => {
-    const { library } = SCRIPTS[algorithm].check;
+    const { library } = SCRIPTS[algorithm];
     const loaded = async () => ((await admin.function('LIST', 'LIBRARYNAME', library.name)) as unknown[]).length === 1;
 
     test('the next check succeeds and counts on, and the library is loaded again', async () => {
