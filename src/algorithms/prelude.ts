@@ -92,7 +92,7 @@ function functionLibrary(algorithm: AlgorithmName, check: CheckLua, settle: Sett
     settle: settle.lastLines,
   };
   const hash = createHash('sha1').update(definitions).update(Object.values(lastLines).join('\n')).digest('hex');
-  const name = `ratewarden_${algorithm.replace('-', '_')}_${hash.slice(0, 16)}`;
+  const name = `ratewarden_${algorithm.replaceAll('-', '_')}_${hash.slice(0, 16)}`;
   const functions = {
     check: `${name}_check`,
     batch: `${name}_batch`,

@@ -274,7 +274,10 @@ function refusesFunctions(error: unknown): boolean {
   return /unknown command|unknown subcommand|NOPERM|no permissions|PermissionDenied/i.test(message);
 }
 
-/** How long after a failed load (not a refusal: a connection lost, a node down) the next is tried. */
+/**
+ * How long after a failed load (not a refusal: a connection lost, a node down) the next is tried,
+ * and after a library's loss before another reloads it at once.
+ */
 const RELOAD_PAUSE_MS = 1_000;
 
 /**
@@ -287,8 +290,10 @@ const RELOAD_PAUSE_MS = 1_000;
 export class ScriptFunctions {
   private readonly loadedLibraries = new Set<string>();
   private readonly loading = new Set<string>();
-  /** When each library's last load failed (`Date.now()`). */
+  /** When each library's last load failed, or it was lost twice within a second (by {@link now}). */
   private readonly failedAt = new Map<string, number>();
+  /** When each library was last lost (by {@link now}). */
+  private readonly lostAt = new Map<string, number>();
   private refused = false;
 
   /**
@@ -307,9 +312,17 @@ export class ScriptFunctions {
     return false;
   }
 
-  /** A server answered that it does not have a function of `library`: load it again. */
+  /**
+   * A server answered that it does not have a function of `library`: load it again, at once, or a
+   * second later when it was lost less than a second ago too (a node the loads do not reach yet,
+   * such as a master the client's slot map does not list, is not loaded in a loop).
+   */
   lost(library: FunctionLibrary): void {
-    this.loadedLibraries.delete(library.name);
+    if (!this.loadedLibraries.delete(library.name)) return;
+    const now = this.now();
+    const lostBefore = this.lostAt.get(library.name);
+    this.lostAt.set(library.name, now);
+    if (lostBefore !== undefined && now - lostBefore < RELOAD_PAUSE_MS) this.failedAt.set(library.name, now);
     this.startLoading(library);
   }
 

@@ -110,8 +110,8 @@ describe('ScriptFunctions', () => {
     expect(functions.loaded(library)).toBe(false);
   });
 
-  test('a lost library is loaded again at once', async () => {
-    const { functions, loads } = loader();
+  test('a lost library is loaded again at once, or a second later when it was lost less than a second before', async () => {
+    const { functions, loads, advance } = loader();
     functions.loaded(library);
     await loads[0].settle();
     functions.lost(library);
@@ -119,6 +119,20 @@ describe('ScriptFunctions', () => {
     expect(functions.loaded(library)).toBe(false);
     await loads[1].settle();
     expect(functions.loaded(library)).toBe(true);
+    // Lost again 999 ms later (a node the loads do not reach): no load for a second.
+    advance(999);
+    functions.lost(library);
+    functions.lost(library);
+    expect(loads).toHaveLength(2);
+    expect(functions.loaded(library)).toBe(false);
+    advance(1_000);
+    expect(functions.loaded(library)).toBe(false);
+    expect(loads).toHaveLength(3);
+    await loads[2].settle();
+    // Lost once more, more than a second after the last loss: at once.
+    advance(1_000);
+    functions.lost(library);
+    expect(loads).toHaveLength(4);
   });
 });
 
