@@ -60,7 +60,7 @@ interface Caller {
   call(keys: readonly string[]): Promise<unknown>;
 }
 
-function load(name: string, src: string): Omit<Tree, 'sha'> {
+function load(name: string, src: string): Tree {
   const { ALGORITHMS } = require(resolve(src, 'algorithms')) as typeof Algorithms;
   const { batchArgv, scriptArgv } = require(resolve(src, 'protocol')) as typeof Protocol;
   const args = scriptArgv({

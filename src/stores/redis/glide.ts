@@ -6,9 +6,9 @@
  * package's code nor its declarations need it installed.
  *
  * Scripts run with `customCommand` (`FCALL` once their library is loaded, else `EVALSHA`, then
- * `EVAL` on `NOSCRIPT`, through the shared {@link evalScript}), not GLIDE's `Script` and `invokeScript`: the same speed (bench/glide.ts
- * measures both), no native `Script` objects to make (which would need GLIDE imported) and release,
- * and the same fallback as every other client.
+ * `EVAL` on `NOSCRIPT`, through the shared {@link evalScript}), not GLIDE's `Script` and
+ * `invokeScript`: the same speed (bench/glide.ts measures both), no native `Script` objects to make
+ * (which would need GLIDE imported) and release, and the same fallback as every other client.
  */
 import type { CheckScript } from '../../algorithms/types';
 import { RateLimitTimeoutError, storeErrorOf } from '../../errors';

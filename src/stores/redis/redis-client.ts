@@ -238,21 +238,24 @@ export function evalScript(
   fail: (error: unknown) => Error = storeFailure,
   functions?: ScriptFunctions,
 ): Promise<unknown> {
-  const fn = PACKAGE_SCRIPTS.get(lua)?.function;
-  if (functions === undefined || fn === undefined || !functions.loaded(fn.library)) return evalBySha(lua, send, fail);
+  const known = PACKAGE_SCRIPTS.get(lua);
+  const sha = known?.sha ?? sha1(lua);
+  const fn = known?.function;
+  if (functions === undefined || fn === undefined || !functions.loaded(fn.library)) return evalBySha(lua, sha, send, fail);
   return send('FCALL', fn.name).then(undefined, (error: unknown) => {
     if (!isFunctionNotFound(error)) throw fail(error);
     functions.lost(fn.library);
-    return evalBySha(lua, send, fail);
+    return evalBySha(lua, sha, send, fail);
   });
 }
 
 function evalBySha(
   lua: string,
+  sha: string,
   send: (command: ScriptCommand, script: string) => Promise<unknown>,
   fail: (error: unknown) => Error,
 ): Promise<unknown> {
-  return send('EVALSHA', shaOf(lua)).then(undefined, (error: unknown) => {
+  return send('EVALSHA', sha).then(undefined, (error: unknown) => {
     if (!isNoScript(error)) throw fail(error);
     return send('EVAL', lua).then(undefined, (retryError: unknown) => {
       throw fail(retryError);
