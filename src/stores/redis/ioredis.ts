@@ -12,6 +12,7 @@ import { MemoryPolicies } from './memory-policy';
 import {
   type ClientHooks,
   evalScript,
+  loadOnEveryMaster,
   packageScriptKind,
   type RedisClientAdapter,
   rethrowStoreFailure,
@@ -91,8 +92,7 @@ function stateOf(client: IoredisClient, hooks: ClientHooks): ClientState {
 function loadEverywhere(client: IoredisClient, code: string): Promise<unknown> {
   if (client.isCluster !== true) return client.call('FUNCTION', 'LOAD', 'REPLACE', code);
   const masters = (client as unknown as IoredisCluster).nodes('master');
-  if (masters.length === 0) return Promise.reject(new Error('no Cluster master is known yet'));
-  return Promise.all(masters.map((node) => node.call('FUNCTION', 'LOAD', 'REPLACE', code)));
+  return loadOnEveryMaster(masters, (node) => node.call('FUNCTION', 'LOAD', 'REPLACE', code));
 }
 
 /** Reads the memory policy of the node a standalone client is connected to, or of every master of a Cluster. */

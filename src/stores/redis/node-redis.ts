@@ -13,6 +13,7 @@ import { MemoryPolicies } from './memory-policy';
 import {
   type ClientHooks,
   evalScript,
+  loadOnEveryMaster,
   type RedisClientAdapter,
   rethrowStoreFailure,
   ScriptFunctions,
@@ -138,9 +139,9 @@ function stateOf(client: NodeRedisClient | NodeRedisCluster, cluster: boolean, h
   const load = (code: string) => {
     const command = ['FUNCTION', 'LOAD', 'REPLACE', code];
     if (!cluster) return (client as NodeRedisClient).sendCommand(command, baseOptions);
-    const masters = mastersOf(client as NodeRedisCluster);
-    if (masters.length === 0) return Promise.reject(new Error('no cluster master is known yet'));
-    return Promise.all(masters.map((master) => master.then((node) => node.sendCommand(command, baseOptions))));
+    return loadOnEveryMaster(mastersOf(client as NodeRedisCluster), (master) =>
+      master.then((node) => node.sendCommand(command, baseOptions)),
+    );
   };
   return { baseOptions, epoch, hooks, functions: new ScriptFunctions(load) };
 }

@@ -208,9 +208,9 @@ const PACKAGE_SCRIPTS: ReadonlyMap<string, PackageScript> = (() => {
   return scripts;
 })();
 
-/** The SHA-1 of `lua` (the package's scripts' computed once). */
-export function shaOf(lua: string): string {
-  return PACKAGE_SCRIPTS.get(lua)?.sha ?? sha1(lua);
+/** The SHA-1 of `lua` (the package's scripts' computed once; `known`, its entry when already looked up). */
+export function shaOf(lua: string, known = PACKAGE_SCRIPTS.get(lua)): string {
+  return known?.sha ?? sha1(lua);
 }
 
 /**
@@ -239,7 +239,7 @@ export function evalScript(
   functions?: ScriptFunctions,
 ): Promise<unknown> {
   const known = PACKAGE_SCRIPTS.get(lua);
-  const sha = known?.sha ?? sha1(lua);
+  const sha = shaOf(lua, known);
   const fn = known?.function;
   if (functions === undefined || fn === undefined || !functions.loaded(fn.library)) return evalBySha(lua, sha, send, fail);
   return send('FCALL', fn.name).then(undefined, (error: unknown) => {
@@ -275,6 +275,15 @@ function isFunctionNotFound(error: unknown): boolean {
 function refusesFunctions(error: unknown): boolean {
   const message = error instanceof Error ? error.message : String(error);
   return /unknown command|unknown subcommand|NOPERM|no permissions|PermissionDenied/i.test(message);
+}
+
+/**
+ * Sends a function library's load to every master of a Cluster; rejects, to be tried again,
+ * while the client knows no master yet.
+ */
+export function loadOnEveryMaster<Master>(masters: readonly Master[], load: (master: Master) => Promise<unknown>): Promise<unknown> {
+  if (masters.length === 0) return Promise.reject(new Error('no Cluster master is known yet'));
+  return Promise.all(masters.map(load));
 }
 
 /**
