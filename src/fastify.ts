@@ -115,6 +115,9 @@ const fastifyPort: HttpPort<FastifyRequest, FastifyReply> = {
   attach(request, decision) {
     request.rateLimit = decision;
   },
+  countsHolder(request) {
+    return request;
+  },
   deny(_request, reply, denial) {
     reply.code(denial.statusCode);
     if (denial.bodyIsJson) reply.type(JSON_CONTENT_TYPE);

@@ -88,6 +88,9 @@ const honoPort: HttpPort<Context, Context> = {
   attach(c, decision) {
     c.set('rateLimit', decision);
   },
+  countsHolder(c) {
+    return c;
+  },
   deny(c, _response, denial) {
     const exchange = exchangeOf(c);
     withHeaders(c, exchange.headers);

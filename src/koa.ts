@@ -61,6 +61,9 @@ const koaPort: HttpPort<Context, Context> = {
   attach(ctx, decision) {
     (ctx.state as RateLimitState).rateLimit = decision;
   },
+  countsHolder(ctx) {
+    return ctx;
+  },
   deny(ctx, _response, denial) {
     ctx.status = denial.statusCode;
     ctx.body = denial.body;

@@ -50,20 +50,22 @@ export interface HttpPort<Req, Res> {
   whenDone(response: Res, done: (finished: boolean) => void): void;
   /** The status of a response. */
   statusOf(response: Res): number;
+  /** The object that keeps, under {@link COUNTED}, the limiters that counted a request: the request itself unless that is costly. */
+  countsHolder(request: Req): object;
 }
 
-/** The request property holding its {@link CountedBy} list (declared by the Fastify plugin as a request decorator). */
+/** The property holding a request's {@link CountedBy} list, on its port's `countsHolder` (declared by the Fastify plugin as a request decorator). */
 export const COUNTED: unique symbol = Symbol('ratewarden.counted');
 
 type RequestRecord = { [COUNTED]?: CountedBy };
 
 /**
- * Forgets what the limiters that counted `request` counted for it (each identifier's whole
- * count, as `limiter.reset()` does): every one of them, or those `which` picks.
+ * Forgets what the limiters that counted a request (the list on `holder`) counted for it (each
+ * identifier's whole count, as `limiter.reset()` does): every one of them, or those `which` picks.
  */
-export function resetEveryCount(request: object, which?: (limiter: Limiter) => boolean): Promise<void> {
+export function resetEveryCount(holder: object, which?: (limiter: Limiter) => boolean): Promise<void> {
   const resets: Promise<void>[] = [];
-  for (let counted = (request as RequestRecord)[COUNTED]; counted !== undefined; counted = counted.next) {
+  for (let counted = (holder as RequestRecord)[COUNTED]; counted !== undefined; counted = counted.next) {
     if (which === undefined || which(counted.limiter)) resets.push(counted.limiter.reset(counted.identifier));
   }
   return Promise.all(resets).then(() => undefined);
@@ -265,7 +267,7 @@ export class HttpLimiter<Req, Res> {
       onNearLimit(decision, request);
     }
     if (decision.counted) {
-      const record = request as RequestRecord;
+      const record = this.port.countsHolder(request) as RequestRecord;
       const counted: CountedBy = { limiter: check.limiter, identifier: check.identifier, next: record[COUNTED] };
       if (counted.next !== undefined) warnIfCountedTwice(counted, this.limiterOptions.warnings);
       record[COUNTED] = counted;
@@ -331,7 +333,7 @@ export class HttpLimiter<Req, Res> {
    * `limiter.reset()` does), e.g. after a successful login; nothing when it counted nothing.
    */
   resetRequest(request: Req): Promise<void> {
-    return resetEveryCount(request as object, (limiter) => limiter === this.limiter || limiter === this.local?.limiter);
+    return resetEveryCount(this.port.countsHolder(request), (limiter) => limiter === this.limiter || limiter === this.local?.limiter);
   }
 
   /** After the response: settles the request to what it cost (0 when it should not have counted). */

@@ -182,6 +182,20 @@ describe('one request counted twice (SWL_COUNTED_TWICE)', () => {
     expect(warnings.codes()).toEqual(['SWL_COUNTED_TWICE']);
   });
 
+  test('Express: counted in the app and again in a mounted sub-app, which gives the request another prototype', async () => {
+    const shared = store();
+    const api = express();
+    api.get('/', rateLimit({ store: shared, limit: 4, window: '1m' }), (_req, res) => {
+      res.send('ok');
+    });
+    const app = express();
+    app.use(rateLimit({ store: shared, limit: 4, window: '1m' }));
+    app.use('/api', api);
+    const agent = await listen(app);
+    expect(await statuses(() => agent.get('/api'), 3)).toEqual([200, 200, 429]);
+    expect(warnings.codes()).toEqual(['SWL_COUNTED_TWICE']);
+  });
+
   test('own prefixes, or one limiter mounted once: nothing is said', async () => {
     const shared = store();
     const app = express();
@@ -248,6 +262,24 @@ describe('a reset by request finds the key the limiter counted', () => {
     await agent.post('/login').set('x-password', 'right').expect(200);
     expect(identifiers).toEqual(['ip:127.0.0.1', 'ip:127.0.0.1', 'ip:127.0.0.1']);
     expect(await statuses(wrong, 4)).toEqual([401, 401, 401, 429]);
+  });
+
+  test('Express: a reset by request in a mounted sub-app, after the app set res.locals, finds what the app counted', async () => {
+    const limit = rateLimit({ store: store(), limit: 2, window: '1m' });
+    const account = express();
+    account.post('/login', async (req, res) => {
+      res.locals.user = 'ada';
+      if (req.headers['x-password'] === 'right') await limit.resetRequest(req);
+      res.send('ok');
+    });
+    const app = express();
+    app.use(limit);
+    app.use('/account', account);
+    const agent = await listen(app);
+    await agent.post('/account/login').expect(200);
+    await agent.post('/account/login').set('x-password', 'right').expect(200);
+    // The right password forgot both attempts: two more pass, not none.
+    expect(await statuses(() => agent.post('/account/login'), 3)).toEqual([200, 200, 429]);
   });
 
   test('a reset by request resets nothing a limiter did not count (a skipped request)', async () => {
