@@ -44,7 +44,8 @@ export interface RateLimitMiddleware extends RequestHandler {
   /**
    * Forgets what this middleware counted for `request` (the whole count of the identifier it
    * counted against, as `limiter.reset()` does), e.g. after a successful login. Resolves at once
-   * when this middleware counted nothing for the request.
+   * when this middleware counted nothing for the request. What counted it is kept on `res.locals`:
+   * an app that replaces `res.locals` leaves nothing to reset.
    */
   resetRequest(request: Request): Promise<void>;
 }
