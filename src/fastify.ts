@@ -264,7 +264,7 @@ function register(fastify: FastifyInstance, options: FastifyRateLimitOptions): v
   if (!fastify.hasRequestDecorator(COUNTED)) fastify.decorateRequest(COUNTED, undefined);
   if (!fastify.hasRequestDecorator('resetRateLimit')) {
     fastify.decorateRequest('resetRateLimit', function resetRateLimit(this: FastifyRequest) {
-      return resetEveryCount(this);
+      return resetEveryCount(fastifyPort.countsHolder(this));
     });
   }
   let exempt = 0;
