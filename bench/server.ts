@@ -204,9 +204,10 @@ async function express(): Promise<(port: number) => Promise<number>> {
       break;
     }
     case 'floor':
+      // Written as this package's middleware writes it: past Express's send.
       app.use((_request, response) => {
         const body = denial((name, value) => response.setHeader(name, value));
-        response.status(429).send(body);
+        response.status(429).end(body);
       });
       break;
     case 'erl': {

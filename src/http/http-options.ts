@@ -124,6 +124,9 @@ const FIRST_FAILED_STATUS = 400;
 /** The content type of a JSON body, as both frameworks send it. */
 export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
+/** The content type of a denial's body given as a string. */
+export const TEXT_CONTENT_TYPE = 'text/plain; charset=utf-8';
+
 /**
  * The default body of a denied request, `{ "error": "Too Many Requests", "retryAfter": <seconds> }`
  * (`null` seconds for a cost that can never fit),

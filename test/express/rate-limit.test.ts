@@ -112,6 +112,26 @@ describe.each([
       expect(hits).toHaveLength(3);
     });
 
+    test('a denial is written as is: exact Content-Length in bytes, no ETag, and no body for HEAD', async () => {
+      const { middleware } = limiter({ limit: 1, message: 'trop de requêtes' });
+      const { app } = appWith(middleware);
+      await request(app).get('/').expect(200);
+      const denied = await request(app).get('/').expect(429);
+      expect(denied.text).toBe('trop de requêtes');
+      expect(denied.headers['content-type']).toBe('text/plain; charset=utf-8');
+      expect(denied.headers['content-length']).toBe(String(Buffer.byteLength('trop de requêtes')));
+      // Express's send would add one; a refusal is nothing for a cache to validate.
+      expect(denied.headers.etag).toBeUndefined();
+      const head = await request(app).head('/').expect(429);
+      expect(head.text).toBeUndefined();
+      expect(head.headers['retry-after']).toBeDefined();
+      const json = await request(appWith(limiter({ limit: 0 }).middleware).app)
+        .get('/')
+        .expect(429);
+      expect(json.headers['content-length']).toBe(String(json.text.length));
+      expect(json.headers.etag).toBeUndefined();
+    });
+
     test('statusCode is configurable', async () => {
       const { middleware } = limiter({ limit: 1, statusCode: 503 });
       const { app } = appWith(middleware);
