@@ -13,7 +13,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Decision, Limiter } from './core/types';
 import { OptionError } from './errors';
 import { HttpLimiter, type HttpPort } from './http/handler';
-import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE, TEXT_CONTENT_TYPE } from './http/http-options';
+import { HTTP_OPTION_KEYS, type HttpOptions, SERVICE_UNAVAILABLE } from './http/http-options';
 import { checkOptions, keysOf } from './validate';
 
 /** Options of {@link rateLimit}: the shared HTTP options, plus `handler`. */
@@ -76,10 +76,10 @@ function expressPort(handler: ExpressRateLimitOptions['handler']): HttpPort<Requ
         return;
       }
       response.status(denial.statusCode);
-      if (typeof denial.body === 'string') {
+      if (denial.contentType !== undefined) {
         // Written as is, past Express's send: a 429 needs no ETag and no freshness check, and they
         // cost a flood more than all of this package's own work per denial (bench/NOTES.md).
-        response.setHeader('Content-Type', denial.bodyIsJson ? JSON_CONTENT_TYPE : TEXT_CONTENT_TYPE);
+        response.setHeader('Content-Type', denial.contentType);
         response.end(denial.body);
       } else response.json(denial.body);
     },

@@ -23,7 +23,7 @@ import { DEFAULT_PREFIX } from './core/limiter-options';
 import type { Decision, Limiter } from './core/types';
 import { OptionError, warn } from './errors';
 import { COUNTED, HttpLimiter, type HttpPort, resetEveryCount } from './http/handler';
-import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE, TEXT_CONTENT_TYPE } from './http/http-options';
+import { HTTP_OPTION_KEYS, type HttpOptions, SERVICE_UNAVAILABLE } from './http/http-options';
 import { checkOptions, describeValue, type KnownKeys, keysOf, oneOf } from './validate';
 
 /** The route hook the check runs in. */
@@ -120,8 +120,7 @@ const fastifyPort: HttpPort<FastifyRequest, FastifyReply> = {
   },
   deny(_request, reply, denial) {
     reply.code(denial.statusCode);
-    if (denial.bodyIsJson) reply.type(JSON_CONTENT_TYPE);
-    else if (typeof denial.body === 'string') reply.type(TEXT_CONTENT_TYPE);
+    if (denial.contentType !== undefined) reply.type(denial.contentType);
     reply.send(denial.body);
   },
   unavailable(reply) {

@@ -14,7 +14,7 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { Decision, Limiter } from './core/types';
 import { OptionError, warn } from './errors';
 import { HttpLimiter, type HttpPort } from './http/handler';
-import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE } from './http/http-options';
+import { HTTP_OPTION_KEYS, type HttpOptions, SERVICE_UNAVAILABLE } from './http/http-options';
 import {
   apiKeyHeader,
   apiKeyIdentifier,
@@ -96,8 +96,7 @@ const honoPort: HttpPort<Context, Context> = {
     withHeaders(c, exchange.headers);
     // An error status (400-599), validated at construction: always one with content.
     const status = denial.statusCode as ContentfulStatusCode;
-    if (denial.bodyIsJson) exchange.answer(c.body(denial.body as string, status, { 'Content-Type': JSON_CONTENT_TYPE }));
-    else if (typeof denial.body === 'string') exchange.answer(c.text(denial.body, status));
+    if (denial.contentType !== undefined) exchange.answer(c.body(denial.body, status, { 'Content-Type': denial.contentType }));
     else exchange.answer(c.json(denial.body, status));
   },
   unavailable(c) {

@@ -11,7 +11,7 @@
 import type { Context, Middleware, Next } from 'koa';
 import type { Decision, Limiter } from './core/types';
 import { HttpLimiter, type HttpPort } from './http/handler';
-import { HTTP_OPTION_KEYS, type HttpOptions, JSON_CONTENT_TYPE, SERVICE_UNAVAILABLE, TEXT_CONTENT_TYPE } from './http/http-options';
+import { HTTP_OPTION_KEYS, type HttpOptions, SERVICE_UNAVAILABLE } from './http/http-options';
 import { checkOptions, keysOf } from './validate';
 
 /** What the middleware puts on `ctx.state`: give it to `new Koa<RateLimitState>()` to type it there. */
@@ -67,9 +67,8 @@ const koaPort: HttpPort<Context, Context> = {
   deny(ctx, _response, denial) {
     ctx.status = denial.statusCode;
     ctx.body = denial.body;
-    // Koa types a string body as text/plain or text/html; the default body is JSON text already.
-    if (denial.bodyIsJson) ctx.type = JSON_CONTENT_TYPE;
-    else if (typeof denial.body === 'string') ctx.type = TEXT_CONTENT_TYPE;
+    // Koa would type a string body as text/plain or text/html by its look; the default body is JSON text already.
+    if (denial.contentType !== undefined) ctx.type = denial.contentType;
     answered(ctx);
   },
   unavailable(ctx) {

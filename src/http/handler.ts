@@ -15,26 +15,41 @@ import { secondsUntil } from './headers';
 import {
   defaultDenialJson,
   type HttpOptions,
+  JSON_CONTENT_TYPE,
   limiterOptionsOf,
   type ResolvedHttpOptions,
   resolveFailMode,
   resolveHttpOptions,
+  TEXT_CONTENT_TYPE,
 } from './http-options';
 import { type CountedBy, warnIfCountedTwice, warnOnSharedPrefix, warnStoreFailing } from './misconfiguration';
 
 /** Continues the framework's chain: with an error, into its error handling. */
 export type Proceed = (error?: Error) => void;
 
-/** A denied request's answer, ready to send. */
-interface DenialResponse {
+/**
+ * A denied request's answer, ready to send. Its body is text, sent as is with `contentType` (JSON
+ * text for the default body, which is not serialized again; plain text for a `message` string), or
+ * an object with no `contentType`, for the framework to send as JSON.
+ */
+type DenialResponse = {
   readonly statusCode: number;
   /** Whole seconds, rounded up, as sent in `Retry-After`; undefined (and no `Retry-After`) for a cost that can never fit. */
   readonly retryAfter: number | undefined;
-  /** Text, an object for the framework to send as JSON, or JSON text already (see `bodyIsJson`). */
-  readonly body: string | object;
-  /** `true` for the default body: `body` is JSON text, sent as `application/json` without serializing it again. */
-  readonly bodyIsJson: boolean;
   readonly decision: Decision;
+} & ({ readonly body: string; readonly contentType: string } | { readonly body: object; readonly contentType: undefined });
+
+/** The denial that sends `message`, the option's value (undefined: the default JSON body). */
+function denialOf(
+  message: string | object | undefined,
+  statusCode: number,
+  retryAfter: number | undefined,
+  decision: Decision,
+): DenialResponse {
+  if (message === undefined)
+    return { statusCode, retryAfter, decision, body: defaultDenialJson(retryAfter), contentType: JSON_CONTENT_TYPE };
+  if (typeof message === 'string') return { statusCode, retryAfter, decision, body: message, contentType: TEXT_CONTENT_TYPE };
+  return { statusCode, retryAfter, decision, body: message, contentType: undefined };
 }
 
 /** The framework calls the shared path needs. */
@@ -295,13 +310,8 @@ export class HttpLimiter<Req, Res> {
   }
 
   private deny(check: HttpCheck<Req, Res>, decision: Decision, retryAfter: number | undefined, body: string | object | undefined): void {
-    const denial: DenialResponse = {
-      statusCode: decision.concurrency?.refused === true ? this.options.concurrencyStatusCode : this.options.statusCode,
-      retryAfter,
-      body: body ?? defaultDenialJson(retryAfter),
-      bodyIsJson: body === undefined,
-      decision,
-    };
+    const statusCode = decision.concurrency?.refused === true ? this.options.concurrencyStatusCode : this.options.statusCode;
+    const denial = denialOf(body, statusCode, retryAfter, decision);
     this.sendHeaders(check, decision);
     if (retryAfter !== undefined) this.port.setHeader(check.response, 'Retry-After', String(retryAfter));
     this.port.deny(check.request, check.response, denial, check.proceed);

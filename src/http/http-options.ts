@@ -79,7 +79,7 @@ export interface HttpOptions<Req, Res = unknown> extends Omit<LimiterOptions, 'l
   /** Status of a denied request. Default `429`. */
   statusCode?: number | undefined;
   /**
-   * Body of a denied request: a string (sent as text), an object (sent as JSON) or a function
+   * Body of a denied request: a string (sent as `text/plain; charset=utf-8` by every adapter), an object (sent as JSON) or a function
    * of the request and decision returning either. Default
    * `{ error: 'Too Many Requests', retryAfter: <seconds> }`, sent as ready JSON text: in
    * Fastify, `preSerialization` hooks and a reply serializer see only a `message` object
