@@ -9,6 +9,7 @@
  *   if (await logIn(req)) await loginLimit.resetRequest(req);
  * });
  */
+import { IncomingMessage } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Decision, Limiter } from './core/types';
 import { OptionError } from './errors';
@@ -52,20 +53,63 @@ export interface RateLimitMiddleware extends RequestHandler {
 
 const OPTIONS = keysOf<ExpressRateLimitOptions>({ ...HTTP_OPTION_KEYS, handler: true });
 
+/*
+ * `req.rateLimit` without a property added to the request. Express gives each request its app's
+ * prototype, and after that V8 gives every property added to the request a hidden class of its
+ * own, made in old space: a few microseconds and a survivor of the next scavenge per request
+ * (bench/NOTES.md). So the decisions live in a WeakMap, read and written through a `rateLimit`
+ * accessor on the prototype that every request of an Express copy inherits from, under its
+ * app's or sub-app's own: the `request` object of the Express module.
+ */
+const decisions = new WeakMap<object, Decision | undefined>();
+/** Marks the prototype that holds this module's accessor (a symbol of this copy of the package, not `Symbol.for`: another copy keeps another WeakMap). */
+const KEEPS_DECISIONS: unique symbol = Symbol('ratewarden.keepsDecisions');
+
+/** Keeps `decision` as `request.rateLimit`. */
+function keepDecision(request: Request, decision: Decision): void {
+  const prototype = Object.getPrototypeOf(request) as { [KEEPS_DECISIONS]?: true } | null;
+  // An own property (set before the accessor existed) hides the accessor; so does any request Express did not make.
+  if ((prototype?.[KEEPS_DECISIONS] === true || defineRateLimitAccessor(prototype)) && !Object.hasOwn(request, 'rateLimit')) {
+    decisions.set(request, decision);
+  } else request.rateLimit = decision;
+}
+
+/**
+ * Defines the `rateLimit` accessor on the object of `prototype`'s chain that inherits from Node's
+ * `IncomingMessage.prototype` directly (Express's own request prototype); false when there is no
+ * such object or it already has a `rateLimit` of someone else's (another copy of this package,
+ * whose accessor then takes the plain assignment).
+ */
+function defineRateLimitAccessor(prototype: object | null): boolean {
+  let shared = prototype;
+  while (shared !== null && Object.getPrototypeOf(shared) !== IncomingMessage.prototype)
+    shared = Object.getPrototypeOf(shared) as object | null;
+  if (shared === null || Object.hasOwn(shared, 'rateLimit')) return false;
+  Object.defineProperties(shared, {
+    rateLimit: {
+      configurable: true,
+      get(this: object) {
+        return decisions.get(this);
+      },
+      set(this: object, value: Decision | undefined) {
+        decisions.set(this, value);
+      },
+    },
+    [KEEPS_DECISIONS]: { value: true },
+  });
+  return true;
+}
+
 function expressPort(handler: ExpressRateLimitOptions['handler']): HttpPort<Request, Response> {
   return {
     setHeader(response, name, value) {
       response.setHeader(name, value);
     },
-    attach(request, decision) {
-      request.rateLimit = decision;
-    },
-    countsHolder(request) {
-      // Not the request: after Express gives it its app's prototype, V8 gives each property added to
-      // it a hidden class of its own (a new map and a copy of all its descriptors, in old space until
-      // a full collection). res.locals, which Express makes for every request, is a dictionary
-      // object: adding to it allocates nothing of the kind (bench/NOTES.md).
-      return request.res?.locals ?? request;
+    attach: keepDecision,
+    countsHolder(request, response = request.res) {
+      // Not the request, for the reason told at keepDecision. res.locals, which Express makes for
+      // every request, is a dictionary object: adding to it allocates no hidden class.
+      return response?.locals ?? request;
     },
     deny(request, response, denial, next) {
       if (handler !== undefined) {

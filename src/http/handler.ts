@@ -65,8 +65,11 @@ export interface HttpPort<Req, Res> {
   whenDone(response: Res, done: (finished: boolean) => void): void;
   /** The status of a response. */
   statusOf(response: Res): number;
-  /** The object that keeps, under {@link COUNTED}, the limiters that counted a request: the request itself unless that is costly. */
-  countsHolder(request: Req): object;
+  /**
+   * The object that keeps, under {@link COUNTED}, the limiters that counted a request: the request
+   * itself unless that is costly. `response` is given when the shared path has it at hand.
+   */
+  countsHolder(request: Req, response?: Res): object;
 }
 
 /** The property holding a request's {@link CountedBy} list, on its port's `countsHolder` (declared by the Fastify plugin as a request decorator). */
@@ -282,7 +285,7 @@ export class HttpLimiter<Req, Res> {
       onNearLimit(decision, request);
     }
     if (decision.counted) {
-      const record = this.port.countsHolder(request) as RequestRecord;
+      const record = this.port.countsHolder(request, check.response) as RequestRecord;
       const counted: CountedBy = { limiter: check.limiter, identifier: check.identifier, next: record[COUNTED] };
       if (counted.next !== undefined) warnIfCountedTwice(counted, this.limiterOptions.warnings);
       record[COUNTED] = counted;
