@@ -121,7 +121,7 @@ const DEFAULT_NEAR_LIMIT_BAND: readonly [number, number] = [0.9, 1.1];
 const DEFAULT_FAIL_MODE: FailMode = 'open';
 /** The status below which `requestWasSuccessful` calls a request successful by default. */
 const FIRST_FAILED_STATUS = 400;
-/** The content type of a JSON body, as both frameworks send it. */
+/** The content type of the default denial body, JSON text sent as is by every adapter. */
 export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
 /** The content type of a denial's body given as a string. */
